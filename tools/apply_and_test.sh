@@ -173,7 +173,8 @@ log "series: ${#PATCHES[@]} patch(es) from $PATCH_DIR/series, base $BASE_NAME ($
 # -------------------------------------------------------------- apply
 # Committer identity and date are fixed so the same series gives the same
 # commits; the authors come from the patches.
-AM_ENV=(GIT_COMMITTER_NAME=apply_and_test.sh GIT_COMMITTER_EMAIL=apply_and_test@localhost)
+COMMITTER=apply_and_test.sh
+AM_ENV=(GIT_COMMITTER_NAME="$COMMITTER" GIT_COMMITTER_EMAIL=apply_and_test@localhost)
 GIT_QUIET=(-c core.hooksPath=/dev/null -c gc.auto=0 -c advice.detachedHead=false)
 
 AM_WT=""
@@ -242,7 +243,16 @@ apply_series() {
     return
   fi
   if [[ -n "$old" ]]; then
-    log "moving branch $BRANCH from ${old:0:12} to the new result; to keep the old one: git branch $BRANCH-old $old"
+    # Commits this script made have the fixed committer; others are someone's
+    # work, which moving the branch would hide.
+    local foreign
+    foreign="$(git -C "$CHECKOUT" log --format='%cn%x09%h %s' "$BASE..$old" |
+      awk -F '\t' -v me="$COMMITTER" '$1 != me { print $2 }')"
+    if [[ -n "$foreign" ]]; then
+      sed 's/^/[apply_and_test]   /' <<<"$foreign" >&2
+      die "branch $BRANCH in $CHECKOUT has commits not made by this script (above), and the series gives a different tree. Export them into patches/ with tools/regen_patches.sh --checkout '$CHECKOUT', or rename the branch (git branch -m $BRANCH my-work), then rerun."
+    fi
+    log "moving branch $BRANCH from ${old:0:12} (an older series) to the new result"
   fi
   git -C "$CHECKOUT" "${GIT_QUIET[@]}" checkout -q -B "$BRANCH" "$new" ||
     die "could not check out $BRANCH in $CHECKOUT (untracked files in the way?); the result is commit $new"

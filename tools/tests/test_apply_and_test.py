@@ -213,3 +213,29 @@ def test_help_and_bad_options(tools):
   assert "unknown option" in p.stderr
   p = tools.run("apply_and_test.sh", "--build", "nightly", check=1)
   assert "--build must be" in p.stderr
+
+
+def test_branch_with_someone_elses_commits_is_not_moved(tools, checkout,
+                                                       two_patches, tmp_path):
+  tools.run("apply_and_test.sh", "--checkout", checkout, "--patches",
+            two_patches, "--run", "true", check=0)
+  with open(os.path.join(checkout, CONFIG), "a") as f:
+    f.write("# my work in progress\n")
+  git("commit", "-q", "-am", "My work", cwd=checkout)
+  before = repo_state(checkout)
+  p = tools.run("apply_and_test.sh", "--checkout", checkout, "--patches",
+                two_patches, "--run", "true", check=1)
+  assert "My work" in p.stderr
+  assert "not made by this script" in p.stderr
+  assert repo_state(checkout) == before
+
+  # A branch holding only an older series is moved to the new one.
+  git("reset", "-q", "--hard", "HEAD~1", cwd=checkout)
+  one_patch = str(tmp_path / "one")
+  make_series(checkout, one_patch,
+              [("Only one", {CONFIG: append_line("# newer series")})])
+  p = tools.run("apply_and_test.sh", "--checkout", checkout, "--patches",
+                one_patch, "--run", "true", check=0)
+  assert "(an older series)" in p.stderr
+  with open(os.path.join(checkout, CONFIG)) as f:
+    assert f.read().endswith("# newer series\n")
