@@ -217,7 +217,7 @@ apply_series() {
   git -C "$CHECKOUT" "${GIT_QUIET[@]}" worktree add -q --detach "$AM_WT" "$BASE" >&2
   local am_log="$CACHE/logs/git-am.log"
   if ((${#PATCHES[@]})) &&
-    ! env "${AM_ENV[@]}" git -C "$AM_WT" "${GIT_QUIET[@]}" am --committer-date-is-author-date \
+    ! env "${AM_ENV[@]}" git -C "$AM_WT" "${GIT_QUIET[@]}" am --keep-non-patch --committer-date-is-author-date \
       "${exclude[@]}" "${PATCHES[@]}" >"$am_log" 2>&1; then
     # git am's own output, minus its advice on resolving (we abort instead).
     grep -v -E '^(hint: |When you have resolved|If you prefer to skip|To restore the original)' \

@@ -24,7 +24,7 @@ def test_regen_round_trip(tools, checkout, tmp_path):
   (root / "test").mkdir(parents=True)
 
   git("checkout", "-q", "-b", "fix-8832", "v2.9.0", cwd=checkout)
-  commit(checkout, CONFIG, "# one", "First change")
+  commit(checkout, CONFIG, "# one", "[dynamo] First change")
   commit(checkout, BRIDGE, "# two", "Second change")
   args = ("--checkout", checkout, "--patches", str(patches), "--tests-root",
           str(root))
@@ -32,14 +32,14 @@ def test_regen_round_trip(tools, checkout, tmp_path):
   assert "removed stale 0009-stale.patch" in p.stderr
   names = sorted(os.listdir(patches))
   assert names == [
-      "0001-First-change.patch", "0002-Second-change.patch", "series"
+      "0001-dynamo-First-change.patch", "0002-Second-change.patch", "series"
   ]
   assert (patches / "series").read_text() == (
       "# Leading comment\n# kept as is\n"
-      "0001-First-change.patch\n0002-Second-change.patch\n")
-  first = (patches / "0001-First-change.patch").read_text()
+      "0001-dynamo-First-change.patch\n0002-Second-change.patch\n")
+  first = (patches / "0001-dynamo-First-change.patch").read_text()
   assert first.startswith("From 0000000000000000000000000000000000000000 ")
-  assert "Subject: [PATCH] First change" in first
+  assert "Subject: [PATCH] [dynamo] First change" in first
   assert not first.rstrip().endswith(".git")  # no "-- \n2.x.y" signature
   snapshot = {n: (patches / n).read_bytes() for n in names}
 
@@ -55,13 +55,21 @@ def test_regen_round_trip(tools, checkout, tmp_path):
             str(patches), "--run", "true", check=0)
   assert git("rev-parse", "fix-8832^{tree}", cwd=str(other)) == \
       git("rev-parse", "fix-8832^{tree}", cwd=checkout)
+  # ... and regenerating from there gives the same bytes (subjects such as
+  # "[dynamo] ..." survive git am).
+  again = tmp_path / "again"
+  again.mkdir()
+  (again / "series").write_text("# Leading comment\n# kept as is\n")
+  tools.run("regen_patches.sh", "--checkout", str(other), "--patches",
+            str(again), "--tests-root", str(root), check=0)
+  assert {n: (again / n).read_bytes() for n in names} == snapshot
 
   # Dropping a commit removes its patch.
   git("reset", "-q", "--hard", "HEAD~1", cwd=checkout)
   p = tools.run("regen_patches.sh", *args, check=0)
   assert "removed stale 0002-Second-change.patch" in p.stderr
   assert (patches / "series").read_text().endswith(
-      "# kept as is\n0001-First-change.patch\n")
+      "# kept as is\n0001-dynamo-First-change.patch\n")
 
 
 def test_regen_refuses_wheel_checkout_when_series_touches_missing_files(
