@@ -120,6 +120,7 @@ while (($#)); do
 done
 [[ "$BUILD" == prebuilt || "$BUILD" == source ]] || die "--build must be 'prebuilt' or 'source', not '$BUILD'"
 
+# shellcheck source=tools/env.sh
 source "$(dirname "$0")/env.sh"
 LIB="$REPO_ROOT/tools/series_lib.py"
 CACHE="${APPLY_AND_TEST_CACHE:-$REPO_ROOT/.cache}"
@@ -245,11 +246,11 @@ apply_series() {
   if [[ -n "$old" ]]; then
     # Commits this script made have the fixed committer; others are someone's
     # work, which moving the branch would hide.
-    local foreign
+    local foreign line
     foreign="$(git -C "$CHECKOUT" log --format='%cn%x09%h %s' "$BASE..$old" |
       awk -F '\t' -v me="$COMMITTER" '$1 != me { print $2 }')"
     if [[ -n "$foreign" ]]; then
-      sed 's/^/[apply_and_test]   /' <<<"$foreign" >&2
+      while IFS= read -r line; do log "  $line"; done <<<"$foreign"
       die "branch $BRANCH in $CHECKOUT has commits not made by this script (above), and the series gives a different tree. Export them into patches/ with tools/regen_patches.sh --checkout '$CHECKOUT', or rename the branch (git branch -m $BRANCH my-work), then rerun."
     fi
     log "moving branch $BRANCH from ${old:0:12} (an older series) to the new result"
@@ -327,7 +328,8 @@ if ((${#RUN[@]})); then
     chmod +x "$SHIM/$name.tmp.$$"
     mv -f "$SHIM/$name.tmp.$$" "$SHIM/$name"
   done
-  export PATH="$SHIM:$(dirname "$PYTHON"):$PATH"
+  PATH="$SHIM:$(dirname "$PYTHON"):$PATH"
+  export PATH
   log "running in $CALLER_PWD: ${RUN[*]}"
   cd "$CALLER_PWD"
   trap - EXIT

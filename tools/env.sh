@@ -246,4 +246,7 @@ if bad:
 EOF
 }
 
+# Sourced from a script: `return` fails the `source` (set -e exits); from an
+# interactive shell it returns without closing the shell.
+# shellcheck disable=SC2317
 _env_main || { return 1 2>/dev/null || exit 1; }
