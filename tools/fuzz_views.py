@@ -28,6 +28,7 @@ import collections
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import types
@@ -88,6 +89,7 @@ class Program:
     self.shapes = {}
     self.body = []  # statements of fn(*ARGS)
     self.eager = []  # statements of eager(t)
+    self.exprs = {}  # view name -> its expression on a base
     bases = []
     for b in range(rng.choice((1, 1, 2))):
       shape = tuple(rng.randint(2, 5) for _ in range(rng.randint(2, 4)))
@@ -108,13 +110,52 @@ class Program:
         continue
       name = f'v{v}'
       self.setup.append(f'{name} = {expr}')
+      self.exprs[name] = expr
       self.shapes[name] = shape
       views.append(name)
     if not views:
       name = 'v0'
       self.setup.append(f'{name} = {bases[0]}[0]')
+      self.exprs[name] = f'{bases[0]}[0]'
       self.shapes[name] = self.shapes[bases[0]][1:]
       views.append(name)
+    if rng.random() < 0.3:
+      self._views_inside(rng, bases, views)
+    else:
+      self._views_passed(rng, bases, views)
+    self.steps = ['compiled'] * rng.randint(1, 3)
+    if rng.random() < 0.6:
+      self.steps.insert(rng.randint(1, len(self.steps)), 'eager')
+      name = rng.choice(bases + views)
+      self.eager.append(
+          rng.choice([
+              f"t['{name}'].add_(1)", f"t['{name}'].mul_(-1)",
+              f"t['read'] = t['{name}'] * 2"
+          ]))
+      self.setup.append('read = None')
+
+  def _views_inside(self, rng, bases, views):
+    """The bases are passed; fn takes the views of them itself."""
+    used = sorted({self.exprs[v].split('.')[0].split('[')[0] for v in views})
+    params = list(used)
+    for name in views:
+      self.setup.append(f'x_{name} = values{self.shapes[name]}.to(device)')
+      self.shapes[f'x_{name}'] = self.shapes[name]
+      params.append(f'x_{name}')
+    self.args, self.params = list(params), params
+    for name in used:
+      if rng.random() < 0.6:
+        self.body.append(f'DONATE({name}, True)')
+    for _ in range(rng.randint(1, 4)):
+      name = rng.choice(views)
+      statement = self._mutation(rng, name, params)
+      self.body.append(
+          re.sub(rf'\b{name}\b(?!_)', f'({self.exprs[name]})', statement))
+    if rng.random() < 0.3:
+      self.body.append('return ' + ' + '.join(f'{b}.sum()' for b in used))
+
+  def _views_passed(self, rng, bases, views):
+    """Views (and sometimes a base) are passed to fn."""
     args = list(views)
     if rng.random() < 0.25:
       args.append(rng.choice(bases))
@@ -150,16 +191,6 @@ class Program:
       name = rng.choice(mutable)
       self.body.append(f'return {name}[0]' if self.shapes[name] else
                        f'return {name}')
-    self.steps = ['compiled'] * rng.randint(1, 3)
-    if rng.random() < 0.6:
-      self.steps.insert(rng.randint(1, len(self.steps)), 'eager')
-      name = rng.choice(bases + views)
-      self.eager.append(
-          rng.choice([
-              f"t['{name}'].add_(1)", f"t['{name}'].mul_(-1)",
-              f"t['read'] = t['{name}'] * 2"
-          ]))
-      self.setup.append('read = None')
 
   @staticmethod
   def _view_op(rng, shape, contiguous):
@@ -213,7 +244,7 @@ class Program:
     if src:
       kinds += ['add', 'copy']
       if shape:
-        kinds += ['index_copy']
+        kinds += ['index_copy', 'index_copy', 'setitem', 'index_put']
     kind = rng.choice(kinds)
     if kind == 'mul':
       return f'{name}.mul_({rng.choice((2.0, -0.5, 3.0))})'
@@ -225,10 +256,18 @@ class Program:
       return f'{name}.add_({src})'
     if kind == 'copy':
       return f'{name}.copy_({src} * -1)'
-    k = rng.randint(1, shape[0])
-    index = sorted(rng.sample(range(shape[0]), k))
-    return (f'{name}.index_copy_(0, torch.tensor({index}, '
-            f'device={name}.device), {src}[:{k}] * 2)')
+    dim = rng.randrange(len(shape)) if kind == 'index_copy' else 0
+    k = rng.randint(1, shape[dim])
+    index = sorted(rng.sample(range(shape[dim]), k))
+    index_expr = f'torch.tensor({index}, device={name}.device)'
+    if kind == 'setitem':
+      start = rng.randrange(shape[-1])
+      stop = rng.randint(start + 1, shape[-1])
+      return f'{name}[..., {start}:{stop}] = {src}[..., {start}:{stop}] + 1'
+    if kind == 'index_put':
+      return f'{name}.index_put_(({index_expr},), {src}[:{k}] - 2)'
+    rows = ', '.join(':' if d != dim else f':{k}' for d in range(len(shape)))
+    return f'{name}.index_copy_({dim}, {index_expr}, {src}[{rows}] * 2)'
 
   def script(self, setup=None, body=None, eager=None, steps=None):
     setup = self.setup if setup is None else setup
