@@ -126,6 +126,15 @@ LIB="$REPO_ROOT/tools/series_lib.py"
 CACHE="${APPLY_AND_TEST_CACHE:-$REPO_ROOT/.cache}"
 mkdir -p "$CACHE"
 CACHE="$(cd "$CACHE" && pwd -P)"
+# One run at a time per cache: runs share the wheel checkout, the unpatched
+# worktrees and the logs.  (flock is util-linux; skipped where missing.)
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$CACHE/.lock"
+  if ! flock -n 9; then
+    log "another apply_and_test.sh run is using $CACHE; waiting for it to finish"
+    flock 9
+  fi
+fi
 PATCH_DIR="$(cd "${PATCH_DIR:-$REPO_ROOT/patches}" 2>/dev/null && pwd -P)" ||
   die "patch directory not found: ${PATCH_DIR:-$REPO_ROOT/patches}"
 
@@ -333,6 +342,7 @@ if ((${#RUN[@]})); then
   log "running in $CALLER_PWD: ${RUN[*]}"
   cd "$CALLER_PWD"
   trap - EXIT
+  exec 9>&- # release the lock: CMD may run long, or call this script itself
   exec "${RUN[@]}"
 fi
 
