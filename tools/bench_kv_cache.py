@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""KV-cache write benchmark: compiled donated writes through views of a cache.
+
+One step = the compiled write + torch_xla.sync() + wait_device_ops(), the
+way a serving loop runs it.  Modes (how the cache reaches the compiled
+function, which donates it with dynamo_set_buffer_donor_):
+
+  sep   two separate tensors, k_cache and v_cache
+  view  k_cache, v_cache = cache: the unbind views of one cache, taken once
+        and passed in every step
+  base  the cache itself, written through cache[0] and cache[1] inside
+
+Write patterns (4 tokens per step):
+
+  index_copy0   vLLM: k_cache.flatten(0, 1).index_copy_(0, slots, k) on a
+                (blocks, 16, 8 heads, 64) cache
+  index_copy2   static cache: k_cache.index_copy_(2, positions, k) on a
+                (1, 8 heads, seq, 64) cache
+  slice         k_cache[:, :, pos:pos + 4] = k on the static cache (pos is a
+                Python int, fixed, so that Dynamo does not recompile)
+  index_put     k_cache.flatten(0, 1).index_put_((slots,), k), vLLM layout
+
+For each (mode, pattern, cache size) a child process warms up, then runs the
+steps and reports: median step time, XLA executions per step (ExecuteTime
+count), compilations after warm-up (CompileTime count), resident memory
+growth over the steps, and whether the written rows read back right.
+
+  tools/apply_and_test.sh --unpatched --run python tools/bench_kv_cache.py \\
+      --json before.json
+  tools/apply_and_test.sh --run python tools/bench_kv_cache.py \\
+      --json after.json --before before.json --plot kv_cache.png
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+MODES = ('sep', 'view', 'base')
+PATTERNS = ('index_copy0', 'index_copy2', 'slice', 'index_put')
+BLOCK, HEADS, HEAD_DIM, TOKENS = 16, 8, 64, 4
+MIB = 1 << 20
+
+
+def cache_shape(pattern, mib):
+  """Shape of one half (k or v) of a cache of `mib` MiB in total."""
+  elements = mib * MIB // 4 // 2
+  if pattern in ('index_copy0', 'index_put'):
+    return (elements // (BLOCK * HEADS * HEAD_DIM), BLOCK, HEADS, HEAD_DIM)
+  return (1, HEADS, elements // (HEADS * HEAD_DIM), HEAD_DIM)
+
+
+def make_write(pattern, pos):
+  import torch
+
+  def write(cache, x, index):
+    if pattern == 'index_copy0':
+      cache.flatten(0, 1).index_copy_(0, index, x)
+    elif pattern == 'index_put':
+      cache.flatten(0, 1).index_put_((index,), x)
+    elif pattern == 'index_copy2':
+      cache.index_copy_(2, index, x)
+    else:
+      cache[:, :, pos:pos + TOKENS] = x
+
+  return write
+
+
+def child(mode, pattern, mib, steps, warmup):
+  import psutil
+  import torch
+  import torch_xla
+  import torch_xla.core.xla_model as xm
+  import torch_xla.debug.metrics as met
+
+  device = torch_xla.device()
+  half = cache_shape(pattern, mib)
+  if pattern in ('index_copy0', 'index_put'):
+    x_shape = (TOKENS, HEADS, HEAD_DIM)
+    rows = half[0] * BLOCK
+    index_cpu = torch.tensor([0, rows // 3, rows // 2 + 1, rows - 1])
+  else:
+    x_shape = (1, HEADS, TOKENS, HEAD_DIM)
+    index_cpu = torch.tensor([0, 1, half[2] // 2, half[2] - 1])
+  pos = half[2] - TOKENS if pattern == 'slice' else 0
+  write = make_write(pattern, pos)
+  donate = torch.ops.xla.dynamo_set_buffer_donor_
+
+  def write_pair(k_cache, v_cache, k, v, index):
+    donate(k_cache, True)
+    donate(v_cache, True)
+    write(k_cache, k, index)
+    write(v_cache, v, index)
+
+  def write_base(cache, k, v, index):
+    donate(cache, True)
+    write(cache[0], k, index)
+    write(cache[1], v, index)
+
+  if mode == 'sep':
+    k_cache = torch.zeros(half, device=device)
+    v_cache = torch.zeros(half, device=device)
+    tensors = [k_cache, v_cache]
+  else:
+    cache = torch.zeros((2,) + half, device=device)
+    tensors = [cache]
+  k = torch.randn(x_shape).to(device)
+  v = torch.randn(x_shape).to(device)
+  index = index_cpu.to(device)
+  torch_xla.sync()
+  xm.wait_device_ops()
+
+  if mode == 'base':
+    fn, args = torch.compile(write_base, backend='openxla'), lambda: (
+        cache, k, v, index)
+  elif mode == 'view':
+    # Taken once, as in the report (pytorch/xla#8832) and a serving loop.
+    k_view, v_view = cache
+    fn, args = torch.compile(write_pair, backend='openxla'), lambda: (
+        k_view, v_view, k, v, index)
+  else:
+    fn, args = torch.compile(write_pair, backend='openxla'), lambda: (
+        k_cache, v_cache, k, v, index)
+
+  def step():
+    fn(*args())
+    torch_xla.sync()
+    xm.wait_device_ops()
+
+  for _ in range(warmup):
+    step()
+  met.clear_metrics()
+  compiles = (met.metric_data('CompileTime') or [0])[0]
+  process = psutil.Process()
+  rss = [process.memory_info().rss]
+  times = []
+  for _ in range(steps):
+    start = time.perf_counter()
+    step()
+    times.append(time.perf_counter() - start)
+    rss.append(process.memory_info().rss)
+  executions = (met.metric_data('ExecuteTime') or [0])[0]
+  compiles = (met.metric_data('CompileTime') or [0])[0] - compiles
+
+  # The rows written last must read back as k and v.
+  k_half = (tensors[0] if mode == 'sep' else cache[0]).cpu()
+  v_half = (tensors[1] if mode == 'sep' else cache[1]).cpu()
+  if pattern in ('index_copy0', 'index_put'):
+    got_k, got_v = k_half.flatten(0, 1)[index_cpu], v_half.flatten(
+        0, 1)[index_cpu]
+  elif pattern == 'index_copy2':
+    got_k, got_v = k_half[:, :, index_cpu], v_half[:, :, index_cpu]
+  else:
+    got_k, got_v = (k_half[:, :, pos:pos + TOKENS],
+                    v_half[:, :, pos:pos + TOKENS])
+  correct = torch.equal(got_k, k.cpu()) and torch.equal(got_v, v.cpu())
+  return dict(
+      median_ms=statistics.median(times) * 1e3,
+      executions_per_step=executions / steps,
+      compiles_after_warmup=compiles,
+      rss_growth_mib=(max(rss[1:]) - rss[1]) / MIB,
+      rss_mib=rss[-1] / MIB,
+      correct=correct)
+
+
+def run_one(mode, pattern, mib, steps, warmup, env):
+  cmd = [
+      sys.executable, __file__, '--child', mode, pattern,
+      str(mib), '--steps',
+      str(steps), '--warmup',
+      str(warmup)
+  ]
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+  row = dict(mode=mode, pattern=pattern, mib=mib)
+  for line in proc.stdout.splitlines():
+    if line.startswith('RESULT '):
+      return dict(row, **json.loads(line[7:]))
+  last = (proc.stderr.strip().splitlines() or [''])[-1]
+  return dict(row, error=f'exit {proc.returncode}: {last[:100]}')
+
+
+def print_table(rows, before=None):
+  before = {(r['mode'], r['pattern'], r['mib']): r for r in before or []}
+  header = ['pattern', 'mode', 'MiB', 'before ms', 'ms', 'exec/step',
+            'compiles', 'rss +MiB', 'check']
+  lines = [header]
+  for r in rows:
+    b = before.get((r['mode'], r['pattern'], r['mib']))
+    b_ms = ('-' if b is None else
+            f"{b['median_ms']:.2f}" if 'median_ms' in b else 'crash')
+    if 'error' in r:
+      lines.append([r['pattern'], r['mode'], str(r['mib']), b_ms, 'crash',
+                    '', '', '', r['error'][:40]])
+      continue
+    lines.append([
+        r['pattern'], r['mode'],
+        str(r['mib']), b_ms, f"{r['median_ms']:.2f}",
+        f"{r['executions_per_step']:.2f}",
+        str(r['compiles_after_warmup']), f"{r['rss_growth_mib']:.1f}",
+        'ok' if r['correct'] else 'WRONG'
+    ])
+  widths = [max(len(l[i]) for l in lines) for i in range(len(header))]
+  for l in lines:
+    print('  '.join(c.rjust(w) for c, w in zip(l, widths)))
+
+
+def plot(rows, before, path):
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  fig, axes = plt.subplots(1, len(PATTERNS), figsize=(4.2 * len(PATTERNS), 4),
+                           sharey=True)
+  colors = dict(sep='tab:green', view='tab:blue', base='tab:orange')
+  for ax, pattern in zip(axes, PATTERNS):
+    for label, data, style in (('before', before or [], '--'),
+                               ('after', rows, '-')):
+      for mode in MODES:
+        pts = sorted((r['mib'], r['median_ms'])
+                     for r in data
+                     if r['mode'] == mode and r['pattern'] == pattern and
+                     'median_ms' in r)
+        if pts:
+          ax.plot(*zip(*pts), style, marker='o', color=colors[mode],
+                  label=f'{mode} ({label})')
+    ax.set_xscale('log')
+    ax.set_yscale('log')
+    ax.set_title(pattern)
+    ax.set_xlabel('cache size (MiB)')
+    ax.grid(True, which='both', alpha=0.3)
+  axes[0].set_ylabel('median step time (ms)')
+  axes[-1].legend(fontsize=7)
+  fig.suptitle('KV-cache write through donated views, torch_xla 2.9.0, '
+               'PJRT CPU (before: stock, after: series)')
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+
+
+def main():
+  parser = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--sizes', default='4,16,64,256',
+                      help='cache sizes in MiB, comma separated')
+  parser.add_argument('--modes', default=','.join(MODES))
+  parser.add_argument('--patterns', default=','.join(PATTERNS))
+  parser.add_argument('--steps', type=int, default=100)
+  parser.add_argument('--warmup', type=int, default=3)
+  parser.add_argument('--json', help='write the results here')
+  parser.add_argument('--before', help='results of a run without the series')
+  parser.add_argument('--plot', help='write a PNG plot here')
+  parser.add_argument('--child', nargs=3, help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args.child:
+    mode, pattern, mib = args.child
+    result = child(mode, pattern, int(mib), args.steps, args.warmup)
+    print('RESULT ' + json.dumps(result), flush=True)
+    return 0
+
+  env = dict(os.environ)
+  env.setdefault('PJRT_DEVICE', 'CPU')
+  rows = []
+  for pattern in args.patterns.split(','):
+    for mode in args.modes.split(','):
+      for mib in [int(s) for s in args.sizes.split(',')]:
+        row = run_one(mode, pattern, mib, args.steps, args.warmup, env)
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+  before = None
+  if args.before:
+    with open(args.before) as f:
+      before = json.load(f)
+  import torch_xla
+  print(f'torch_xla from {os.path.dirname(torch_xla.__file__)}; '
+        f'{args.steps} steps after {args.warmup} warm-up steps')
+  print_table(rows, before)
+  if args.json:
+    with open(args.json, 'w') as f:
+      json.dump(rows, f, indent=1)
+  if args.plot:
+    plot(rows, before, args.plot)
+    print(f'plot: {args.plot}')
+  bad = [r for r in rows if 'error' in r or not r['correct']]
+  return 1 if bad else 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
