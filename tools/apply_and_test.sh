@@ -69,7 +69,8 @@ Environment:
   APPLY_AND_TEST_CACHE   cache directory (default: <repo>/.cache).
 
 This script's own messages go to stderr as "[apply_and_test] ...", so with
---run, stdout carries only CMD's output.
+--run, stdout carries only CMD's output.  Runs sharing a cache directory wait
+for each other (flock).  Needs bash >= 4.3 and git >= 2.17.
 EOF
 }
 
@@ -163,6 +164,8 @@ if BASE="$(git -C "$CHECKOUT" rev-parse -q --verify "refs/tags/$BASE_TAG^{commit
   BASE_NAME="tag $BASE_TAG"
 elif BASE="$(git -C "$CHECKOUT" rev-parse -q --verify "$BASE_COMMIT^{commit}")"; then
   BASE_NAME="commit $BASE_COMMIT"
+elif [[ "$CHECKOUT" == "$CACHE/wheel-checkout" ]]; then
+  die "$CHECKOUT has no tag $BASE_TAG (damaged?); remove it (rm -rf '$CHECKOUT') to rebuild it"
 else
   die "$CHECKOUT has neither the tag $BASE_TAG nor commit $BASE_COMMIT; fetch them: git -C '$CHECKOUT' fetch https://github.com/pytorch/xla.git tag $BASE_TAG"
 fi
