@@ -340,6 +340,36 @@ class ViewInputsTest(parameterized.TestCase):
     expected[1, 0] = 0
     torch.testing.assert_close(base.cpu(), expected)
 
+  def test_under_no_grad_with_weights_that_require_grad(self):
+    # Serving code runs under no_grad with parameters that require grad.
+    def fn(donate, k, v, w):
+      if donate:
+        _donate(k, v)
+      k.add_(w)
+      v.sub_(w * 2)
+
+    def setup(device):
+      cache = torch.zeros(2, 3, 4, device=device)
+      k, v = cache
+      w = _values(3, 4).to(device).requires_grad_()
+      return dict(cache=cache, k=k, v=v, w=w), ['k', 'v', 'w']
+
+    with torch.no_grad():
+      self.assert_matches_eager(fn, setup)
+
+  def test_views_made_under_inference_mode_are_refused(self):
+    # inference_mode does not record views (`_base` is None): no path can
+    # tell how such inputs alias, so they get a clear error, not wrong values.
+    def fn(k, v):
+      k.add_(1)
+      v.add_(2)
+
+    with torch.inference_mode():
+      cache = torch.zeros(2, 3, device=torch_xla.device())
+      k, v = cache
+      with self.assertRaisesRegex(Exception, 'torch.inference_mode'):
+        torch.compile(fn, backend='openxla')(k, v)
+
 
 class ViewInputsDonationTest(unittest.TestCase):
 
