@@ -1,0 +1,102 @@
+"""The reproducer, the fuzzer and the benchmark, run through apply_and_test.sh.
+
+These run the tools the way README tells users to, on the default checkout
+built from the installed wheel, patched and (where it shows the bug)
+unpatched.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, TOOLS
+
+
+@pytest.fixture
+def run_tool(tools):
+  """`apply_and_test.sh [--unpatched] --run python ARGS...`, printing output."""
+
+  def run(*args, unpatched=False, cwd=REPO_ROOT):
+    options = ['--unpatched'] if unpatched else []
+    proc = tools.run('apply_and_test.sh', *options, '--run', 'python', *args,
+                     cwd=cwd)
+    sys.stdout.write(proc.stdout)
+    sys.stderr.write(proc.stderr[-3000:])
+    return proc
+
+  return run
+
+
+def rows_of(stdout):
+  """(scenario, step, tensor) -> status from repro_8832.py's table."""
+  rows = {}
+  for line in stdout.splitlines():
+    parts = line.split()
+    if len(parts) >= 4 and parts[0] in ('unbind', 'view_reshape'):
+      # step may be two words ("compiled again")
+      if parts[1] == 'compiled' and parts[2] == 'again':
+        step, rest = 'compiled again', parts[3:]
+      else:
+        step, rest = parts[1], parts[2:]
+      rows[(parts[0], step, rest[0])] = rest[1]
+  return rows
+
+
+def test_repro_patched_every_row_ok(run_tool):
+  proc = run_tool('tools/repro_8832.py')
+  assert proc.returncode == 0
+  rows = rows_of(proc.stdout)
+  # 2 scenarios x 3 steps x (2 views + the base)
+  assert len(rows) == 18, rows
+  assert set(rows.values()) == {'ok'}, rows
+
+
+def test_repro_unpatched_shows_the_bug(run_tool):
+  proc = run_tool('tools/repro_8832.py', unpatched=True)
+  assert proc.returncode == 1
+  rows = rows_of(proc.stdout)
+  # (a) the reported unbind views: AOTAutograd's assertion on the first call.
+  assert rows[('unbind', 'compiled', '-')] == 'crash'
+  assert 'AssertionError in runtime_wrappers.py' in proc.stdout
+  # (b) view/reshape views: runs, but kv_cache[1] never gets the values.
+  assert rows[('view_reshape', 'compiled', 'kv_cache[1].reshape')] == 'WRONG'
+  assert rows[('view_reshape', 'compiled', 'kv_cache')] == 'WRONG'
+
+
+def test_fuzzer_smoke_patched_no_failure(run_tool, tmp_path):
+  out = tmp_path / 'fuzz.json'
+  proc = run_tool('tools/fuzz_views.py', '--count', '40', '--json', str(out))
+  assert proc.returncode == 0
+  results = json.loads(out.read_text())
+  assert len(results) == 40
+  outcomes = {r['outcome'] for r in results}
+  assert outcomes <= {'ok', 'unsupported'}, [
+      r for r in results if r['outcome'] not in ('ok', 'unsupported')
+  ]
+
+
+def test_fuzzer_reproducer_is_standalone(run_tool, tmp_path):
+  # A printed program runs on its own, with nothing of this project.
+  show = subprocess.run(
+      [sys.executable, os.path.join(TOOLS, 'fuzz_views.py'),
+       '--show', '7'], capture_output=True, text=True, check=True)
+  script = tmp_path / 'seed7.py'
+  script.write_text(show.stdout)
+  proc = run_tool(str(script), cwd=str(tmp_path))
+  assert proc.returncode == 0
+  assert proc.stdout.strip().endswith('ok')
+
+
+def test_bench_smoke(run_tool, tmp_path):
+  # Small sizes, few steps, no timing assertions: the tool runs, every
+  # mode and pattern writes the right rows, and the plot is written.
+  out, png = tmp_path / 'after.json', tmp_path / 'plot.png'
+  proc = run_tool('tools/bench_kv_cache.py', '--sizes', '1,4', '--steps', '5',
+                  '--json', str(out), '--plot', str(png))
+  assert proc.returncode == 0
+  rows = json.loads(out.read_text())
+  assert len(rows) == 3 * 4 * 2
+  assert all(r.get('correct') for r in rows), rows
+  assert png.stat().st_size > 0
