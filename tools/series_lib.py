@@ -12,7 +12,11 @@ Parsing and file-system work that would be awkward in bash:
   build-wheel-checkout DEST      git repository of the installed wheel's sources
   prebuilt-links CHECKOUT BASE   symlink the wheel's generated/native files
   remove-prebuilt-links CHECKOUT
-  summary TSV                    table of unittest results; exit 1 on failure
+  summary TSV [--baseline TSV]   table of unittest results; exit 1 on failure
+                                 (with --baseline, failures of upstream's files
+                                 that also fail without the series excepted)
+  rerun-candidates TSV           upstream files of TSV to rerun without the
+                                 series: those with failing tests
 
 Run with the environment's python (tools/env.sh) except for `series`,
 `touched` and `am-failure`, which any python3 can run.
@@ -514,55 +518,340 @@ def parse_unittest_log(text):
   }
 
 
-def summarize(rows):
-  """ROWS: (name, log path, exit status).  Returns (table lines, passed,
-  failed)."""
-  table = []
-  header = ("file", "tests", "passed", "failed", "skipped", "result")
-  body = []
-  total_pass = total_fail = 0
-  for name, log, status in rows:
-    text = ""
-    if os.path.exists(log):
-      with open(log, errors="replace") as f:
-        text = f.read()
-    r = parse_unittest_log(text)
-    if not r["complete"] or status > 128:
-      sig = SIGNALS.get(status - 128, f"signal {status - 128}") \
-          if status > 128 else None
-      result = f"CRASHED (exit {status}{', ' + sig if sig else ''}" + \
-               ("" if r["complete"] else ", no 'Ran N tests' line") + ")"
-      failed = max(r["failed"], 1)
-      tests = str(r["ran"]) if r["complete"] else "?"
-      passed = r["passed"] if r["complete"] else 0
-      skipped = r["skipped"]
-    else:
-      tests, passed, failed, skipped = str(
-          r["ran"]), r["passed"], r["failed"], r["skipped"]
-      if status != 0 and failed == 0:
-        failed = 1
-        result = f"FAILED (exit {status} although the tests passed)"
+def read_log(path):
+  """Text of a log file ("" if it is missing)."""
+  if not path or not os.path.exists(path):
+    return ""
+  with open(path, errors="replace") as f:
+    return f.read()
+
+
+def file_result(text, status):
+  """How one test file's run ended, from its log TEXT and exit STATUS, as the
+  summary counts it: dict(tests, passed, failed, skipped, result, normal).
+  NORMAL is False for a crash (no "Ran N tests" line, or killed by a signal)
+  and for a non-zero exit with no failing test: then the failures cannot be
+  told apart test by test."""
+  r = parse_unittest_log(text)
+  if not r["complete"] or status > 128:
+    sig = SIGNALS.get(status - 128, f"signal {status - 128}") \
+        if status > 128 else None
+    result = f"CRASHED (exit {status}{', ' + sig if sig else ''}" + \
+             ("" if r["complete"] else ", no 'Ran N tests' line") + ")"
+    return {
+        "tests": str(r["ran"]) if r["complete"] else "?",
+        "passed": r["passed"] if r["complete"] else 0,
+        "failed": max(r["failed"], 1),
+        "skipped": r["skipped"],
+        "result": result,
+        "normal": False,
+    }
+  out = {
+      "tests": str(r["ran"]),
+      "passed": r["passed"],
+      "failed": r["failed"],
+      "skipped": r["skipped"],
+      "result": "ok" if r["failed"] == 0 else "FAILED",
+      "normal": True,
+  }
+  if status != 0 and r["failed"] == 0:
+    out.update(failed=1,
+               result=f"FAILED (exit {status} although the tests passed)",
+               normal=False)
+  return out
+
+
+# Failing tests one by one, to compare a run with the series against a run
+# without it.  After the run, unittest prints one block per failure or error:
+#
+#   ======================================================================
+#   ERROR: test_x1 (<function f at 0x7f3218ba2e80>) (__main__.C)
+#   (more description lines: docstring, absl's parameters)
+#   ----------------------------------------------------------------------
+#   Traceback (most recent call last):
+#     ...
+#   ModuleNotFoundError: No module named 'jax'
+#
+# and, since Python 3.11, one "UNEXPECTED SUCCESS: <test>" line per
+# unexpected success.  With -v it also prints a progress line per test and
+# subtest ("test_x (__main__.C.test_x) ... ok", "  test_x (__main__.C.test_x)
+# (i=1) ... FAIL").  The blocks are the reliable list: a progress line is cut
+# in two when the test prints something ("test_x (...) ... <output>" then
+# "ERROR" on a line of its own) and absl's parameterized tests describe
+# themselves on three lines.  The progress lines supply what no block lists
+# (unexpected successes before Python 3.11, failures of a run that died
+# before printing the blocks).
+
+SEPARATOR1 = "=" * 70
+SEPARATOR2 = "-" * 70
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+_BLOCK_HEAD = re.compile(r"^(ERROR|FAIL|UNEXPECTED SUCCESS): (.*)$")
+_STATUS = re.compile(
+    r"ok|FAIL|ERROR|skipped(?: .*)?|expected failure|unexpected success")
+_TEST_HEAD = re.compile(r"^\s*\S+ \(.+\)")
+_RAN = re.compile(r"^Ran \d+ tests? in ")
+
+
+def normalize_test_id(description):
+  """The test's id for comparing two runs: unittest's description of it (its
+  first line) with memory addresses blanked, since absl's parameterized names
+  hold reprs such as "<function dynamo_backend at 0x7f3218ba2e80>"."""
+  return _ADDRESS.sub("0x...", description.strip())
+
+
+def _error_line(err_lines):
+  """First line of the last exception of a formatted traceback."""
+  start = 0
+  for i, line in enumerate(err_lines):
+    if line.startswith("Traceback (most recent call last):"):
+      start = i + 1
+  for line in err_lines[start:] + err_lines:
+    if line.strip() and not line[:1].isspace():
+      return line.strip()
+  return next((l.strip() for l in err_lines if l.strip()), "")
+
+
+def unittest_progress(text):
+  """[(test id, status)] from the progress lines of a `-v` run, in order.
+  STATUS: ok, FAIL, ERROR, skipped '<reason>', expected failure or unexpected
+  success."""
+  out = []
+  pending = None  # a test whose status is still to come
+  recent = []  # lines since the last progress line
+  listing = False  # inside the failure blocks printed after the run
+  for line in text.splitlines():
+    if line in (SEPARATOR1, SEPARATOR2):
+      listing = True
+      pending = None
+      continue
+    if listing:
+      listing = not _RAN.match(line)
+      continue
+    m = re.match(r"^(.*?) \.\.\. ?(.*)$", line)
+    if m:
+      head = m.group(1)
+      if not _TEST_HEAD.match(head):
+        # The last line of a longer description: its first line is the id.
+        head = next((l for l in recent[-2:] if _TEST_HEAD.match(l)), head)
+      recent = []
+      if _STATUS.fullmatch(m.group(2).strip()):
+        out.append((normalize_test_id(head), m.group(2).strip()))
+        pending = None
       else:
-        result = "ok" if failed == 0 else "FAILED"
-    total_pass += passed
-    total_fail += failed
-    body.append((name, tests, str(passed), str(failed), str(skipped), result))
+        pending = normalize_test_id(head)
+    elif pending is not None and _STATUS.fullmatch(line.strip()):
+      out.append((pending, line.strip()))
+      pending = None
+    else:
+      recent.append(line)
+  return out
+
+
+def unittest_failing_tests(text):
+  """[(kind, test id, first error line)] for each failure (kind FAIL), error
+  (ERROR) and unexpected success (UNEXPECTED SUCCESS) of a unittest log,
+  subtests one by one, in the order unittest lists them."""
+  lines = text.splitlines()
+  out = []
+  i, n = 0, len(lines)
+  while i < n:
+    if lines[i] != SEPARATOR1:
+      i += 1
+      continue
+    i += 1
+    while i < n:
+      m = _BLOCK_HEAD.match(lines[i])
+      if not m:
+        break
+      kind, test = m.group(1), normalize_test_id(m.group(2))
+      i += 1
+      if kind == "UNEXPECTED SUCCESS":
+        # One line each (plus maybe a docstring line), no traceback.
+        skip = 0
+        while (i < n and skip < 3 and not _BLOCK_HEAD.match(lines[i]) and
+               lines[i] not in (SEPARATOR1, SEPARATOR2)):
+          i += 1
+          skip += 1
+        out.append((kind, test, ""))
+        continue
+      while i < n and lines[i] not in (SEPARATOR1, SEPARATOR2):
+        i += 1  # the rest of the description
+      err = []
+      if i < n and lines[i] == SEPARATOR2:
+        i += 1
+        while i < n and lines[i] not in (SEPARATOR1, SEPARATOR2):
+          err.append(lines[i])
+          i += 1
+      out.append((kind, test, _error_line(err)))
+      break  # the next block starts with SEPARATOR1
+  progress = unittest_progress(text)
+  if not any(kind == "UNEXPECTED SUCCESS" for kind, _, _ in out):
+    out += [("UNEXPECTED SUCCESS", test, "")
+            for test, status in progress
+            if status == "unexpected success"]
+  if not any(kind in ("FAIL", "ERROR") for kind, _, _ in out):
+    out += [(status, test, "(no traceback in the log)")
+            for test, status in progress
+            if status in ("FAIL", "ERROR")]
+  return out
+
+
+def compare_with_base(text, status, base_text, base_status, base_note=None):
+  """Splits the failures of a run of an upstream test file WITH the series
+  (log TEXT, exit STATUS) into pre-existing ones, whose test also fails in
+  the run of the same file WITHOUT the series (BASE_TEXT, BASE_STATUS), and
+  new ones.  BASE_STATUS None: there is no such run (BASE_NOTE says why).
+  Conservative: when the runs cannot be compared test by test (no run
+  without the series, a crash on either side, failures that the log does not
+  name), the failures are all new.
+
+  Returns dict(pre_existing=[(kind, test, error line, error line without the
+  series)], new=[(kind, test, error line)], unnamed=number of failures not
+  named in the log (new), reason=why nothing could be compared, or None)."""
+  res = {"pre_existing": [], "new": [], "unnamed": 0, "reason": None}
+  r = file_result(text, status)
+  if r["failed"] == 0:
+    return res
+  failing = unittest_failing_tests(text)
+  res["new"] = [(kind, test, line) for kind, test, line in failing]
+  res["unnamed"] = max(0, r["failed"] - len(failing))
+  if not r["normal"]:
+    res["reason"] = f"with the series it {r['result']}"
+    return res
+  if len(failing) > r["failed"]:
+    res["reason"] = (f"its log names {len(failing)} failing tests but "
+                     f"unittest counted {r['failed']}")
+    return res
+  if base_status is None:
+    res["reason"] = base_note or "it was not run without the series"
+    return res
+  b = file_result(base_text, base_status)
+  if not b["normal"]:
+    res["reason"] = f"without the series it {b['result']}"
+    return res
+  base_failing = {}
+  for _, test, line in unittest_failing_tests(base_text):
+    base_failing.setdefault(test, []).append(line)
+  res["new"] = []
+  for kind, test, line in failing:
+    if base_failing.get(test):
+      res["pre_existing"].append((kind, test, line, base_failing[test].pop(0)))
+    else:
+      res["new"].append((kind, test, line))
+  return res
+
+
+def _plural(n, word):
+  return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def summarize(rows, baseline=None):
+  """ROWS: (name, log path, exit status[, kind]).  KIND "upstream" marks
+  upstream's test files, run as a regression check; any other kind is one of
+  the series' own test files.
+
+  BASELINE: None (no comparison: the table as before), or, for a run with the
+  series on a real checkout, {name: (log path, exit status, note)} for the
+  upstream files that were rerun without the series (path and status None,
+  and NOTE saying why, if the rerun could not be done).  Then a failure of an
+  upstream file whose test also fails without the series is "pre-existing":
+  shown in a "pre-existing" column and listed after the table, and not
+  counted as failed.  Failures of the series' own files always count.
+
+  Returns (lines: the table and notes, passed, failed)."""
+  compare = baseline is not None
+  header = ["file", "tests", "passed", "failed"]
+  header += ["pre-existing"] if compare else []
+  header += ["skipped", "result"]
+  body = []
+  notes = []
+  total_pass = total_fail = total_pre = 0
+  all_same = True
+  for row in rows:
+    name, log, status = row[:3]
+    kind = row[3] if len(row) > 3 else "series"
+    text = read_log(log)
+    r = file_result(text, status)
+    pre = 0
+    result = r["result"]
+    if compare and kind == "upstream" and r["failed"]:
+      base_log, base_status, note = baseline.get(name, (None, None, None))
+      c = compare_with_base(text, status, read_log(base_log), base_status, note)
+      pre = len(c["pre_existing"])
+      new = r["failed"] - pre
+      if c["pre_existing"]:
+        notes.append(f"pre-existing failures of {name} (they also fail "
+                     f"without the series; log: {base_log}):")
+        for kind_, test, line, base_line in c["pre_existing"]:
+          notes.append(f"  {kind_}: {test}" + (f": {line}" if line else ""))
+          if normalize_test_id(base_line) != normalize_test_id(line):
+            all_same = False
+            notes.append(f"      without the series: {base_line}")
+      if c["reason"]:
+        notes.append(f"{name}: not compared with a run without the series "
+                     f"({c['reason']}); {_plural(r['failed'], 'failure')} "
+                     "counted")
+      elif c["new"] or c["unnamed"]:
+        notes.append(f"new failures of {name} (not failing without the "
+                     "series):")
+        notes += [
+            f"  {k}: {test}" + (f": {line}" if line else "")
+            for k, test, line in c["new"]
+        ]
+        if c["unnamed"]:
+          notes.append(f"  and {c['unnamed']} not named in the log")
+      if new == 0:
+        result = "ok (failures pre-existing)"
+      elif pre:
+        result = f"FAILED ({new} new, {pre} pre-existing)"
+      total_pre += pre
+    total_pass += r["passed"]
+    total_fail += r["failed"] - pre
+    cells = [name, r["tests"], str(r["passed"]), str(r["failed"])]
+    if compare:
+      cells.append(str(pre) if kind == "upstream" else "-")
+    cells += [str(r["skipped"]), result]
+    body.append(cells)
   if not body:
     return ["(no test files were run)"], 0, 0
-  widths = [max(len(r[i]) for r in [header] + body) for i in range(6)]
+  ncol = len(header)
+  widths = [max(len(r[i]) for r in [header] + body) for i in range(ncol)]
 
   def fmt(r):
     return "  ".join(
-        r[i].ljust(widths[i]) if i in (0, 5) else r[i].rjust(widths[i])
-        for i in range(6)).rstrip()
+        r[i].ljust(widths[i]) if i in (0, ncol - 1) else r[i].rjust(widths[i])
+        for i in range(ncol)).rstrip()
 
-  table.append(fmt(header))
-  table.append("  ".join("-" * w for w in widths))
-  table.extend(fmt(r) for r in body)
-  return table, total_pass, total_fail
+  lines = [fmt(header), "  ".join("-" * w for w in widths)]
+  lines += [fmt(r) for r in body]
+  lines += notes
+  if total_pre:
+    they = "it" if total_pre == 1 else "they"
+    fail = "fail" + ("s" if total_pre == 1 else "")
+    how = f"{fail} the same way" if all_same else f"also {fail}"
+    lines.append(f"({_plural(total_pre, 'failure')} pre-existing: {they} "
+                 f"{how} without the series)")
+  return lines, total_pass, total_fail
 
 
 # --------------------------------------------------------------------------
+
+
+def read_tsv(path, ncols):
+  """Lines of PATH split at tabs, padded with "" to NCOLS fields."""
+  out = []
+  with open(path) as f:
+    for line in f:
+      if line.strip():
+        fields = line.rstrip("\n").split("\t", ncols - 1)
+        out.append(fields + [""] * (ncols - len(fields)))
+  return out
+
+
+def read_rows(path):
+  """(name, log, exit status, kind) rows of a summary TSV file."""
+  return [(name, log, int(status), kind or "series")
+          for name, log, status, kind in read_tsv(path, 4)]
 
 
 def main(argv=None):
@@ -588,7 +877,13 @@ def main(argv=None):
   p.add_argument("checkout")
   p = sub.add_parser("package-dir")
   p = sub.add_parser("summary")
-  p.add_argument("tsv", help="lines: name<TAB>log<TAB>exit status")
+  p.add_argument("tsv", help="lines: name<TAB>log<TAB>exit status[<TAB>kind]")
+  p.add_argument("--baseline",
+                 help="compare the upstream files' failures with their runs "
+                 "without the series; lines: name<TAB>log<TAB>exit status, "
+                 "or name<TAB><TAB><TAB>why it was not run")
+  p = sub.add_parser("rerun-candidates")
+  p.add_argument("tsv", help="as for summary")
   a = ap.parse_args(argv)
 
   if a.cmd == "series":
@@ -614,16 +909,21 @@ def main(argv=None):
   elif a.cmd == "remove-prebuilt-links":
     for rel in remove_prebuilt_links(a.checkout):
       print(rel)
+  elif a.cmd == "rerun-candidates":
+    for name, log, status, kind in read_rows(a.tsv):
+      r = file_result(read_log(log), status)
+      if kind == "upstream" and r["failed"] and r["normal"]:
+        print(name)
   elif a.cmd == "package-dir":
     print(installed_package_dir())
   elif a.cmd == "summary":
-    rows = []
-    with open(a.tsv) as f:
-      for line in f:
-        if line.strip():
-          name, log, status = line.rstrip("\n").split("\t")
-          rows.append((name, log, int(status)))
-    table, passed, failed = summarize(rows)
+    baseline = None
+    if a.baseline:
+      baseline = {}
+      for name, log, status, note in read_tsv(a.baseline, 4):
+        baseline[name] = (log or None, int(status) if status else None, note or
+                          None)
+    table, passed, failed = summarize(read_rows(a.tsv), baseline)
     for line in table:
       print(line)
     print(f"{passed} passed, {failed} failed")
