@@ -11,11 +11,25 @@ Applies patches/series (plain `git am`, no 3-way merge) to a pytorch/xla
 checkout on a branch `fix-8832` made from the base (tag v2.9.0, or commit
 5fab7053df86c8d503b98d9e7202ca8b8d4978c7), then runs the torch_xla tests that
 the series adds, the way upstream's test/run_tests.sh does:
-    PJRT_DEVICE=CPU CPU_NUM_DEVICES=1 python test/dynamo/test_X.py
-from the checkout root.  On a real pytorch/xla checkout, upstream's existing
-test/dynamo tests are run too, as a regression check.  Logs go to
-<cache>/logs/; a summary table and a final "N passed, N failed" line end the
-run.  Exit status: 0 if everything passed.
+    PJRT_DEVICE=CPU CPU_NUM_DEVICES=1 python test/dynamo/test_X.py -v
+from the checkout root (-v: one line per test).  Logs go to <cache>/logs/; a
+summary table and a final "N passed, N failed" line end the run.  Exit
+status: 0 if nothing failed (failures that upstream's tests have without the
+series aside, see below).
+
+On a real pytorch/xla checkout, upstream's existing test/dynamo tests are run
+too, as a regression check.  An upstream test file with failing tests is then
+run again WITHOUT the series (in the worktree --unpatched uses, so your
+checkout stays where it is; logs in <cache>/logs/patched/without-series/),
+and its failures are compared test by test: a test that fails in both runs is
+"pre-existing" (for example a test needing a package that is not installed),
+one that fails only with the series is a regression.  The table gets a
+"pre-existing" column, the pre-existing failures are listed after it, and the
+final line counts as failed only the series' own failing tests and the
+regressions.  Failures of the series' own test files always count, and if
+the run without the series crashes or cannot be done, all of that file's
+failures count.  (With --build source nothing is excepted: the base would
+need a source build of its own.)
 
 The patches are applied in a temporary `git worktree`, so if one fails, your
 checkout is left exactly as it was (HEAD, branches, index, work tree) and the
@@ -319,6 +333,7 @@ else
   (cd "$TARGET" && "$PYTHON" setup.py develop) >&2 || die "python setup.py develop failed in $TARGET"
 fi
 
+ORIG_PYTHONPATH="${PYTHONPATH:-}"
 export PYTHONPATH="$TARGET${PYTHONPATH:+:$PYTHONPATH}"
 verify_log="$CACHE/logs/import-check.log"
 mkdir -p "$CACHE/logs"
@@ -357,6 +372,7 @@ rm -rf "$LOG_DIR"
 mkdir -p "$LOG_DIR"
 
 TESTS=() # entries: "<label>|<file to run>"
+declare -A UPSTREAM=() # labels of upstream's test files (not the series')
 while IFS= read -r rel; do
   if ((UNPATCHED)); then
     TESTS+=("$rel|$REPO_ROOT/$rel")
@@ -375,7 +391,10 @@ if ((WHEEL_MODE == 0)); then
     rel="test/dynamo/$name.py"
     already=0
     for t in "${TESTS[@]}"; do [[ "${t%%|*}" == "$rel" ]] && already=1; done
-    ((already)) || TESTS+=("$rel|$TARGET/$rel")
+    if ((already == 0)); then
+      TESTS+=("$rel|$TARGET/$rel")
+      UPSTREAM[$rel]=1
+    fi
   done
 fi
 if [[ -n "$ONLY" ]]; then
@@ -391,27 +410,109 @@ if [[ -n "$ONLY" ]]; then
   TESTS=("${kept[@]}")
 fi
 
+# test/dynamo/test_x.py -> test_x's log file name in the directory $2
+log_file() { printf '%s/%s.log' "$2" "$(printf '%s' "${1#test/}" | tr '/' '_' | sed 's/\.py$//')"; }
+
+# Runs the test file $2 from the root $1 of a checkout, the way upstream's
+# test/run_tests.sh does, plus -v (one line per test); its output goes to
+# stderr and to the log $3.  Returns the test's exit status: call it as
+#   status=0; run_test_file ... || status=$?
+run_test_file() {
+  local root="$1" file="$2" logf="$3"
+  (
+    cd "$root" &&
+      PJRT_DEVICE=CPU CPU_NUM_DEVICES=1 PYTHONPATH="$root:$root/test" \
+        "$PYTHON" "$file" -v
+  ) 2>&1 | tee "$logf" >&2
+  return "${PIPESTATUS[0]}"
+}
+
 SUMMARY_TSV="$LOG_DIR/summary.tsv"
 : >"$SUMMARY_TSV"
 for t in "${TESTS[@]}"; do
   rel="${t%%|*}"
   file="${t#*|}"
-  logf="$LOG_DIR/$(printf '%s' "${rel#test/}" | tr '/' '_' | sed 's/\.py$//').log"
+  logf="$(log_file "$rel" "$LOG_DIR")"
   log "=== $rel (log: $logf)"
-  set +e
-  (
-    cd "$TARGET" &&
-      PJRT_DEVICE=CPU CPU_NUM_DEVICES=1 PYTHONPATH="$TARGET:$TARGET/test" \
-        "$PYTHON" "$file"
-  ) 2>&1 | tee "$logf" >&2
-  status=${PIPESTATUS[0]}
-  set -e
-  printf '%s\t%s\t%s\n' "$rel" "$logf" "$status" >>"$SUMMARY_TSV"
+  status=0
+  run_test_file "$TARGET" "$file" "$logf" || status=$?
+  kind=series
+  [[ -z "${UPSTREAM[$rel]:-}" ]] || kind=upstream
+  printf '%s\t%s\t%s\t%s\n' "$rel" "$logf" "$status" "$kind" >>"$SUMMARY_TSV"
 done
 
+# On a real checkout, with the series: reruns the upstream test files that
+# have failing tests in the worktree WITHOUT the series (the one --unpatched
+# uses; the checkout does not move), so that the summary can tell the
+# regressions from the failures the series did not cause.  Writes one line
+# per file to $BASELINE_TSV: "file<TAB>log<TAB>exit status", or
+# "file<TAB><TAB><TAB>why it was not rerun" (then its failures all count).
+rerun_without_series() {
+  local out rel reason="" wt="" rc where logf status
+  local dir="$LOG_DIR/without-series"
+  local import_log="$dir/import-check.log"
+  local -a todo
+  if ! out="$("$PYTHON" "$LIB" rerun-candidates "$SUMMARY_TSV")"; then
+    log "warning: could not list the upstream test files to rerun without the series (above); their failures all count"
+    return 0
+  fi
+  lines_to_array "$out" todo
+  ((${#todo[@]})) || return 0
+  mkdir -p "$dir"
+  if [[ "$BUILD" != prebuilt ]]; then
+    reason="--build source: the base would need a source build of its own"
+    log "not rerunning ${todo[*]} without the series ($reason); their failures all count"
+  else
+    log "=== rerunning without the series, to tell regressions from failures the series did not cause: ${todo[*]}"
+    set +e
+    wt="$(
+      set -e
+      unpatched_worktree
+    )"
+    rc=$?
+    set -e
+    if ((rc)); then
+      reason="the worktree without the series could not be prepared (see the run's messages)"
+    elif ! "$PYTHON" "$LIB" prebuilt-links "$wt" "$BASE" >/dev/null; then
+      reason="the prebuilt links could not be set up in $wt"
+    elif ! where="$(cd "$wt" && PYTHONPATH="$wt${ORIG_PYTHONPATH:+:$ORIG_PYTHONPATH}" \
+      "$PYTHON" -c 'import os, torch_xla; print(os.path.realpath(torch_xla.__file__))' 2>"$import_log")"; then
+      cat "$import_log" >&2
+      reason="import torch_xla failed in $wt"
+    elif [[ "$where" != "$wt"/torch_xla/* ]]; then
+      reason="import torch_xla loads $where, not $wt/torch_xla"
+    else
+      log "without the series: worktree $wt detached at $BASE_NAME; import torch_xla -> $where"
+    fi
+    [[ -z "$reason" ]] || log "warning: cannot rerun without the series: $reason; the failures all count"
+  fi
+  for rel in "${todo[@]}"; do
+    if [[ -n "$reason" ]]; then
+      printf '%s\t\t\t%s\n' "$rel" "$reason" >>"$BASELINE_TSV"
+    elif [[ ! -f "$wt/$rel" ]]; then
+      printf '%s\t\t\t%s\n' "$rel" "$rel is not in $BASE_NAME" >>"$BASELINE_TSV"
+    else
+      logf="$(log_file "$rel" "$dir")"
+      log "=== $rel, WITHOUT the series (log: $logf)"
+      status=0
+      run_test_file "$wt" "$wt/$rel" "$logf" || status=$?
+      printf '%s\t%s\t%s\n' "$rel" "$logf" "$status" >>"$BASELINE_TSV"
+    fi
+  done
+}
+
+BASELINE_TSV=""
+if ((UNPATCHED == 0 && WHEEL_MODE == 0)); then
+  BASELINE_TSV="$LOG_DIR/without-series.tsv"
+  : >"$BASELINE_TSV"
+  rerun_without_series
+fi
+
 log "=== summary ($MODE, $([[ $WHEEL_MODE == 1 ]] && echo "wheel checkout" || echo "checkout") $TARGET)"
+summary_args=(summary "$SUMMARY_TSV")
+[[ -z "$BASELINE_TSV" ]] || summary_args+=(--baseline "$BASELINE_TSV")
 set +e
-"$PYTHON" "$LIB" summary "$SUMMARY_TSV" >"$LOG_DIR/summary.txt"
+"$PYTHON" "$LIB" "${summary_args[@]}" >"$LOG_DIR/summary.txt"
 rc=$?
 set -e
 sed 's/^/[apply_and_test] /' "$LOG_DIR/summary.txt" >&2
