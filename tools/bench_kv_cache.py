@@ -221,9 +221,14 @@ def plot(rows, before, path):
                      for r in data
                      if r['mode'] == mode and r['pattern'] == pattern and
                      'median_ms' in r)
+        crashed = any(r['mode'] == mode and r['pattern'] == pattern and
+                      'error' in r for r in data)
         if pts:
           ax.plot(*zip(*pts), style, marker='o', color=colors[mode],
                   label=f'{mode} ({label})')
+        elif crashed:
+          ax.plot([], [], style, color=colors[mode],
+                  label=f'{mode} ({label}): crashed')
     ax.set_xscale('log')
     ax.set_yscale('log')
     ax.set_title(pattern)
@@ -249,6 +254,8 @@ def main():
   parser.add_argument('--json', help='write the results here')
   parser.add_argument('--before', help='results of a run without the series')
   parser.add_argument('--plot', help='write a PNG plot here')
+  parser.add_argument('--results', metavar='JSON',
+                      help='print and plot these saved results, run nothing')
   parser.add_argument('--child', nargs=3, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
@@ -260,7 +267,10 @@ def main():
   env = dict(os.environ)
   env.setdefault('PJRT_DEVICE', 'CPU')
   rows = []
-  for pattern in args.patterns.split(','):
+  if args.results:
+    with open(args.results) as f:
+      rows = json.load(f)
+  for pattern in [] if args.results else args.patterns.split(','):
     for mode in args.modes.split(','):
       for mib in [int(s) for s in args.sizes.split(',')]:
         row = run_one(mode, pattern, mib, args.steps, args.warmup, env)
@@ -270,9 +280,10 @@ def main():
   if args.before:
     with open(args.before) as f:
       before = json.load(f)
-  import torch_xla
-  print(f'torch_xla from {os.path.dirname(torch_xla.__file__)}; '
-        f'{args.steps} steps after {args.warmup} warm-up steps')
+  if not args.results:
+    import torch_xla
+    print(f'torch_xla from {os.path.dirname(torch_xla.__file__)}; '
+          f'{args.steps} steps after {args.warmup} warm-up steps')
   print_table(rows, before)
   if args.json:
     with open(args.json, 'w') as f:
