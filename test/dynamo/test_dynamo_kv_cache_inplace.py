@@ -1,9 +1,9 @@
 """KV-cache writes through donated views stay in place (pytorch/xla#8832).
 
-See [Note: Writes through views] in torch_xla/_dynamo/dynamo_bridge.py:
-writes into views of a donated cache are rewritten as one `index_copy_` on
-the cache itself, so a step is one execution that updates the donated
-buffer, with no recompilation.
+See "Writes through views" in [Note: Graph inputs that are views] in
+torch_xla/_dynamo/dynamo_bridge.py: writes into views of a donated cache are
+rewritten as one `index_put_` on the cache itself, so a step is one execution
+that updates the donated buffer, with no recompilation.
 """
 import sys
 import unittest

@@ -14,6 +14,7 @@ import torch._dynamo
 import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
+from torch_xla._dynamo import config as dynamo_config
 
 
 def _donate(*tensors):
@@ -419,6 +420,7 @@ class ViewInputsDonationTest(unittest.TestCase):
     self.assertIn('Data Handle: Deleted',
                   torch_xla._XLAC._get_xla_tensor_debug_info(old_cache))
     self.assertGreaterEqual(met.counter_value('XlaSetBufferDonation'), 1)
+    self.assertEqual(met.counter_value('DynamoLiftedGraph'), 1)
     self.assertEqual(met.metric_data('InputOutputAliasCount')[1], 1)
     # ... and nothing the user holds points at the deleted buffer.
     for t in (cache, k_cache, v_cache):
@@ -429,6 +431,194 @@ class ViewInputsDonationTest(unittest.TestCase):
     expected[1, [3, 0, 63, 17]] = -_values(4, 8)
     torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
     torch.testing.assert_close(k_cache.cpu(), expected[0], rtol=0, atol=0)
+
+
+class LiftedViewsKeepStockFeaturesTest(parameterized.TestCase):
+  """What the stock openxla path does must still work with view inputs."""
+
+  def setUp(self):
+    super().setUp()
+    torch._dynamo.reset()
+
+  def test_static_address_counter_beside_view_inputs(self):
+    # transformers' StaticCache marks its tensors (and a step counter) static.
+    device = torch_xla.device()
+    counter = torch.zeros(1, device=device)
+    torch._dynamo.mark_static_address(counter)
+    cache = torch.zeros(2, 3, device=device)
+    k, v = cache
+
+    def fn(k, v):
+      counter.add_(1)
+      k.add_(counter)
+      v.mul_(2)
+
+    compiled = torch.compile(fn, backend='openxla')
+    for _ in range(3):
+      compiled(k, v)
+    self.assertEqual(counter.item(), 3)
+    torch.testing.assert_close(cache.cpu(), torch.tensor([[6.] * 3, [0.] * 3]))
+
+  def test_static_address_views_of_one_allocation(self):
+    # Layer caches that are views of one pool, marked static as StaticLayer
+    # does, become graph attributes rather than inputs; they are lifted too.
+    def make(device):
+      pool = torch.zeros(2, 2, 3, device=device)
+      return pool, [pool[0], pool[1]]
+
+    pool, layers = make(torch_xla.device())
+    for layer in layers:
+      torch._dynamo.mark_static_address(layer)
+    cpu_pool, cpu_layers = make('cpu')
+
+    def fn(layers, x):
+      layers[0].add_(x)
+      layers[1].index_copy_(0, torch.tensor([1], device=x.device), x[:1] * 3)
+      return layers[0].sum() + layers[1].sum()
+
+    compiled = torch.compile(lambda x: fn(layers, x), backend='openxla')
+    for step in range(3):
+      x = _values(2, 3) + step
+      out = compiled(x.to(torch_xla.device()))
+      expected = fn(cpu_layers, x)
+      torch.testing.assert_close(out.cpu(), expected)
+      torch.testing.assert_close(pool.cpu(), cpu_pool, rtol=0, atol=0)
+
+  def test_in_place_shape_change_of_a_view_input(self):
+
+    def fn(a, b, c, d):
+      b.add_(1)
+      d.unsqueeze_(0)
+      return a + c + d, b.view(-1)
+
+    results = []
+    for device in ('cpu', torch_xla.device()):
+      x, y = _values(2, 4).to(device), _values(2, 4).to(device) + 10
+      a, c = x
+      b, d = y
+      f = fn if device == 'cpu' else torch.compile(fn, backend='openxla')
+      results.append([t.cpu() for t in f(a, b, c, d)] + [y.cpu(), d.cpu()])
+    for xla, cpu in zip(results[1], results[0]):
+      self.assertEqual(xla.shape, cpu.shape)
+      torch.testing.assert_close(xla, cpu, rtol=0, atol=0)
+
+  @parameterized.parameters(
+      (torch.int32, 'setitem'),
+      (torch.int64, 'setitem'),
+      (torch.int64, 'index_copy'),
+  )
+  def test_out_of_range_pad_slots_are_dropped(self, dtype, write):
+    # vLLM pads slot_mapping with out-of-range slots; XLA drops their rows.
+    # The row arithmetic must not wrap: 2**20 * 4096 overflows int32.
+    device = torch_xla.device()
+    base = torch.zeros(2, 256, 2048, device=device)  # 4 MiB
+    view = base[0][:, ::2] if write == 'setitem' else base[1]
+    slots = torch.tensor([5, 1000, 1_000_000_000], dtype=dtype, device=device)
+
+    def fn(view, slots, x):
+      _donate(view)
+      if write == 'setitem':
+        view[slots] = x
+      else:
+        view.index_copy_(0, slots, x)
+
+    x = _values(3, view.shape[1]).to(device)
+    torch.compile(fn, backend='openxla')(view, slots, x)
+    expected = torch.zeros(2, 256, 2048)
+    if write == 'setitem':
+      expected[0][5, ::2] = _values(3, 1024)[0]
+    else:
+      expected[1][5] = _values(3, 2048)[0]
+    torch.testing.assert_close(base.cpu(), expected, rtol=0, atol=0)
+
+  def test_op_that_falls_back_to_cpu(self):
+
+    def fn(row, x):
+      row.add_(1)
+      return torch.linalg.eigvals(x).real.sum() + row.sum()
+
+    results = []
+    for device in ('cpu', torch_xla.device()):
+      base = _values(3, 4).to(device)
+      f = fn if device == 'cpu' else torch.compile(fn, backend='openxla')
+      out = f(base[1], torch.eye(3, device=device) * 2)
+      results.append((out.cpu(), base.cpu()))
+    torch.testing.assert_close(results[1][0], results[0][0])
+    torch.testing.assert_close(results[1][1], results[0][1], rtol=0, atol=0)
+
+  def test_eager_buffer_donation_of_the_base(self):
+    # The API upstream's test_dynamo_aliasing.py uses, on the views' base.
+    device = torch_xla.device()
+    cache = torch.ones(2, 4, device=device)
+    clone = cache.clone()
+    torch_xla.sync()
+    self.assertTrue(torch_xla._XLAC._set_buffer_donation(cache, True))
+    k, v = cache
+    compiled = torch.compile(
+        lambda k, v: (k.add_(1), v.add_(2)), backend='openxla')
+    compiled(k, v)
+    torch.testing.assert_close(cache.cpu(), torch.tensor([[2.] * 4, [3.] * 4]))
+    torch.testing.assert_close(clone.cpu(), torch.ones(2, 4))
+
+  def test_window_views_beyond_the_graph_cache(self):
+    # Each window offset is a layout of its own: more of them than the cache
+    # holds, revisited, stay right.
+    device = torch_xla.device()
+    cache = torch.zeros(1, 2, 12, 4, device=device)
+    expected = torch.zeros(1, 2, 12, 4)
+
+    def fn(window, x):
+      _donate(window)
+      window.copy_(x)
+
+    compiled = torch.compile(fn, backend='openxla')
+    size = dynamo_config.lifted_graph_cache_size
+    dynamo_config.lifted_graph_cache_size = 4
+    try:
+      for p in list(range(12)) + [0, 11, 3]:
+        x = torch.full((1, 2, 1, 4), float(p + 1))
+        compiled(cache[:, :, p:p + 1], x.to(device))
+        expected[:, :, p:p + 1] = x
+        torch_xla.sync()
+    finally:
+      dynamo_config.lifted_graph_cache_size = size
+    torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
+
+  def test_grad_mode_with_running_stats_in_one_buffer(self):
+    # BatchNorm-style running statistics kept as views of one flat buffer,
+    # updated under no_grad in a graph whose weight requires grad.
+    def fn(x, w, mean, var):
+      y = x @ w
+      with torch.no_grad():
+        mean.mul_(0.9).add_(y.mean(0) * 0.1)
+        var.mul_(0.9).add_(y.var(0) * 0.1)
+      return (y - y.mean(0)).pow(2).sum()
+
+    results = []
+    for device in ('cpu', torch_xla.device()):
+      w = _values(4, 4).to(device).requires_grad_()
+      buf = torch.zeros(8, device=device)
+      mean, var = buf[:4].view(4), buf[4:].reshape(4)
+      x = _values(3, 4).to(device) - 1
+      f = fn if device == 'cpu' else torch.compile(fn, backend='openxla')
+      for _ in range(2):
+        loss = f(x, w, mean, var)
+        loss.backward()
+      results.append([loss.detach().cpu(), w.grad.cpu(), buf.cpu()])
+    for xla, cpu in zip(results[1], results[0]):
+      torch.testing.assert_close(xla, cpu)
+
+  def test_lifting_can_be_turned_off(self):
+    met.clear_all()
+    device = torch_xla.device()
+    base = torch.zeros(2, 3, device=device)
+    dynamo_config.lift_view_inputs = False
+    try:
+      out = torch.compile(lambda v: v + 1, backend='openxla')(base[1])
+    finally:
+      dynamo_config.lift_view_inputs = True
+    torch.testing.assert_close(out.cpu(), torch.ones(3))
+    self.assertIsNone(met.counter_value('DynamoLiftedGraph'))
 
 
 if __name__ == '__main__':

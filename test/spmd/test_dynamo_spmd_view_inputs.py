@@ -1,0 +1,215 @@
+"""torch.compile(backend="openxla") on sharded KV caches and views of them.
+
+pytorch/xla#8832: a compiled function that writes a KV cache through views of
+one eager XLA tensor, passed in as the views (`k_cache, v_cache = cache`) or
+taken inside the compiled function (`cache[0]`, `cache[1]`), and donated with
+`dynamo_set_buffer_donor_`. Here the cache is sharded over its heads dim (or
+replicated) on an SPMD mesh. Every test runs the same program eagerly on the
+CPU and compares the cache and its views exactly after every call, with new
+k, v and slots on every call, so a graph that replays the first call's inputs
+fails. See [Note: Graph inputs that are views] in
+torch_xla/_dynamo/dynamo_bridge.py.
+"""
+import sys
+import unittest
+
+from absl.testing import parameterized
+import numpy as np
+import torch
+import torch._dynamo
+import torch_xla
+import torch_xla.runtime as xr
+import torch_xla.distributed.spmd as xs
+
+# vLLM layout: (2, blocks, block size, heads, head dim).
+BLOCKS, BLOCK, HEADS, HEAD_DIM = 4, 4, 4, 8
+# transformers' StaticCache layout: (2, batch, heads, max length, head dim).
+MAX_LEN = 16
+# Tokens written per call.
+TOKENS = 3
+CALLS = 4
+
+
+def _donate(*tensors):
+  for t in tensors:
+    torch.ops.xla.dynamo_set_buffer_donor_(t, True)
+
+
+def _write_paged(half, x, slots):
+  # vLLM: (blocks, block size, heads, head dim), one slot per token.
+  half.flatten(0, 1).index_copy_(0, slots, x)
+
+
+def _write_static(half, x, positions):
+  # transformers' StaticCache: (batch, heads, max length, head dim).
+  half.index_copy_(2, positions, x)
+
+
+def _cache_writer(write, donate):
+  """Takes the cache and writes it through cache[0] and cache[1]."""
+
+  def write_cache(cache, k, v, index):
+    if donate:
+      _donate(cache)
+    write(cache[0], k, index)
+    write(cache[1], v, index)
+
+  return write_cache
+
+
+def _views_writer(write, donate):
+  """Takes the views `k_cache, v_cache = cache` and writes them."""
+
+  def write_views(k_cache, v_cache, k, v, index):
+    if donate:
+      _donate(k_cache, v_cache)
+    write(k_cache, k, index)
+    write(v_cache, v, index)
+
+  return write_views
+
+
+def _paged_step(call):
+  """New k, v and slots for `call`: distinct slots, new values."""
+  g = torch.Generator().manual_seed(1000 + call)
+  slots = torch.randperm(BLOCKS * BLOCK, generator=g)[:TOKENS]
+  k = torch.randn(TOKENS, HEADS, HEAD_DIM, generator=g)
+  v = torch.randn(TOKENS, HEADS, HEAD_DIM, generator=g)
+  return k, v, slots
+
+
+def _static_step(call):
+  """New k, v and positions for `call`: distinct positions, new values."""
+  g = torch.Generator().manual_seed(2000 + call)
+  positions = torch.randperm(MAX_LEN, generator=g)[:TOKENS]
+  k = torch.randn(1, HEADS, TOKENS, HEAD_DIM, generator=g)
+  v = torch.randn(1, HEADS, TOKENS, HEAD_DIM, generator=g)
+  return k, v, positions
+
+
+# Each layout: the cache's shape, the partition spec of the cache, the
+# partition spec of k and v, the write into one half (k or v) of the cache,
+# and the inputs of each call. The caches are sharded over their heads dim
+# (and k and v too), but for 'paged_by_block', sharded over its blocks dim.
+LAYOUTS = {
+    'paged': (
+        (2, BLOCKS, BLOCK, HEADS, HEAD_DIM), (None, None, None, 'x', None),
+        (None, 'x', None), _write_paged, _paged_step),
+    'paged_by_block': (
+        (2, BLOCKS, BLOCK, HEADS, HEAD_DIM), (None, 'x', None, None, None),
+        None, _write_paged, _paged_step),
+    'static': ((2, 1, HEADS, MAX_LEN, HEAD_DIM), (None, None, 'x', None, None),
+               (None, 'x', None, None), _write_static, _static_step),
+}
+
+
+class DynamoSpmdViewInputsTest(parameterized.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    xr.use_spmd()
+    cls.n_devices = xr.global_runtime_device_count()
+
+  def setUp(self):
+    super().setUp()
+    if self.n_devices < 2 or HEADS % self.n_devices or BLOCKS % self.n_devices:
+      self.skipTest(f'needs 2 or more devices that divide {HEADS} heads and '
+                    f'{BLOCKS} blocks, has {self.n_devices}')
+    torch._dynamo.reset()
+    self.mesh = xs.Mesh(np.arange(self.n_devices), (self.n_devices,), ('x',))
+
+  def make_cache(self, layout, sharded):
+    """The same cache on XLA (sharded or replicated) and on the CPU."""
+    shape, spec = LAYOUTS[layout][:2]
+    cpu_cache = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    xla_cache = cpu_cache.to(torch_xla.device())
+    if sharded:
+      xs.mark_sharding(xla_cache, self.mesh, spec)
+    torch_xla.sync()
+    return xla_cache, cpu_cache
+
+  def assert_same(self, xla, cpu, where):
+    """Every named XLA tensor holds exactly its CPU counterpart."""
+    for name, cpu_tensor in cpu.items():
+      torch.testing.assert_close(
+          xla[name].cpu(),
+          cpu_tensor,
+          rtol=0,
+          atol=0,
+          msg=lambda m: f'{where}, {name}: {m}')
+
+  def run_calls(self,
+                layout,
+                inputs,
+                donate,
+                sharded=True,
+                shard_kv=False,
+                calls=CALLS):
+    """Runs a cache write compiled on XLA and eagerly on the CPU, `calls` times.
+
+    `inputs` is 'cache' (the function takes the cache and writes it through
+    `cache[0]`, `cache[1]`) or 'views' (it takes `k_cache, v_cache = cache`).
+    The cache and its views are compared with the CPU after every call.
+    Returns the XLA tensors, the CPU tensors and the cache's sharding spec
+    before the first call.
+    """
+    xla_cache, cpu_cache = self.make_cache(layout, sharded)
+    kv_spec, write, step = LAYOUTS[layout][2:]
+    writer = _cache_writer if inputs == 'cache' else _views_writer
+    fn = writer(write, donate)
+    spec = torch_xla._XLAC._get_xla_sharding_spec(xla_cache)
+    xla = {'cache': xla_cache}
+    cpu = {'cache': cpu_cache}
+    xla['k_cache'], xla['v_cache'] = xla_cache
+    cpu['k_cache'], cpu['v_cache'] = cpu_cache
+    cache_args = ['cache'] if inputs == 'cache' else ['k_cache', 'v_cache']
+    compiled = torch.compile(fn, backend='openxla')
+    for call in range(calls):
+      k, v, index = step(call)
+      xla_k, xla_v = k.to(torch_xla.device()), v.to(torch_xla.device())
+      if shard_kv:
+        xs.mark_sharding(xla_k, self.mesh, kv_spec)
+        xs.mark_sharding(xla_v, self.mesh, kv_spec)
+      compiled(*[xla[n] for n in cache_args], xla_k, xla_v,
+               index.to(torch_xla.device()))
+      fn(*[cpu[n] for n in cache_args], k, v, index)
+      self.assert_same(xla, cpu, f'call {call}')
+    return xla, cpu, spec
+
+  @parameterized.parameters(False, True)
+  def test_cache_passed_in_donated(self, shard_kv):
+    self.run_calls('paged', 'cache', donate=True, shard_kv=shard_kv)
+
+  @parameterized.product(donate=(True, False), sharded=(True, False))
+  def test_views_passed_in(self, donate, sharded):
+    self.run_calls('paged', 'views', donate=donate, sharded=sharded)
+
+  @parameterized.parameters(True, False)
+  def test_static_cache_views_passed_in(self, donate):
+    self.run_calls('static', 'views', donate=donate)
+
+  @parameterized.product(
+      layout=('paged', 'paged_by_block', 'static'),
+      inputs=('cache', 'views'),
+      donate=(True, False))
+  def test_sharding_and_values_after_sync(self, layout, inputs, donate):
+    xla, cpu, spec = self.run_calls(layout, inputs, donate=donate)
+    self.assertIn('devices=', spec)
+    self.assertEqual(torch_xla._XLAC._get_xla_sharding_spec(xla['cache']), spec)
+    torch_xla.sync()
+    self.assertEqual(torch_xla._XLAC._get_xla_sharding_spec(xla['cache']), spec)
+    self.assert_same(xla, cpu, 'after sync')
+    # Views taken after the calls see the writes too.
+    self.assert_same({
+        'k_cache': xla['cache'][0],
+        'v_cache': xla['cache'][1]
+    }, {
+        'k_cache': cpu['cache'][0],
+        'v_cache': cpu['cache'][1]
+    }, 'new views after sync')
+
+
+if __name__ == '__main__':
+  test = unittest.main()
+  sys.exit(0 if test.result.wasSuccessful() else 1)
