@@ -66,8 +66,11 @@ def test_repro_unpatched_shows_the_bug(run_tool):
 
 
 def test_fuzzer_smoke_patched_no_failure(run_tool, tmp_path):
+  # The view programs without the families that go beyond what the series
+  # handles (metadata mutations, ...): no failure.
   out = tmp_path / 'fuzz.json'
-  proc = run_tool('tools/fuzz_views.py', '--count', '40', '--json', str(out))
+  proc = run_tool('tools/fuzz_views.py', '--count', '40', '--families', '',
+                  '--json', str(out))
   assert proc.returncode == 0
   results = json.loads(out.read_text())
   assert len(results) == 40
@@ -75,6 +78,22 @@ def test_fuzzer_smoke_patched_no_failure(run_tool, tmp_path):
   assert outcomes <= {'ok', 'unsupported'}, [
       r for r in results if r['outcome'] not in ('ok', 'unsupported')
   ]
+
+
+def test_fuzzer_smoke_every_family(run_tool, tmp_path):
+  # Every family: whatever torch_xla does, every program is valid (CPU eager
+  # runs it) and the run ends with its summary line.
+  out = tmp_path / 'fuzz.json'
+  proc = run_tool('tools/fuzz_views.py', '--count', '20', '--max-reports',
+                  '0', '--json', str(out))
+  assert proc.returncode in (0, 1)
+  results = json.loads(out.read_text())
+  assert [r['seed'] for r in results] == list(range(20))
+  assert {r['outcome'] for r in results} <= {
+      'ok', 'mismatch', 'error', 'unsupported', 'dead'
+  }, [r for r in results if r['outcome'] == 'invalid']
+  assert proc.stdout.splitlines()[-1].startswith(
+      'fuzz_views: 20 programs (seeds 0..19): ')
 
 
 def test_fuzzer_reproducer_is_standalone(run_tool, tmp_path):
