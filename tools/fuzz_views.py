@@ -52,6 +52,7 @@ import json
 import os
 import random
 import re
+import select
 import subprocess
 import sys
 import types
@@ -560,13 +561,26 @@ class Program:
 
 
 def failure(text):
-  """The line of an exception's text (or traceback) that names the failure:
-  the last one that starts with an exception's name."""
-  lines = [
-      l for l in text.splitlines()
+  """The line of an exception's text or traceback that names the failure:
+  the last one that starts with an exception's name; for an exception with
+  no message, with the file and function that raised it."""
+  lines = text.splitlines()
+  named = [
+      i for i, l in enumerate(lines)
       if re.match(r'([\w.]+\.)?\w*(Error|Exception|Failed)\b', l)
   ]
-  return (lines or text.strip().splitlines() or [''])[-1].strip()
+  if not named:
+    return (text.strip().splitlines() or [''])[-1].strip()
+  line = lines[named[-1]].strip()
+  if not line.partition(':')[2].strip():  # where did it come from?
+    first = next(i for i in named if lines[i].strip() == line)
+    frames = [
+        m for m in (re.search(r'File "([^"]*)", line \d+, in (\S+)', l)
+                    for l in lines[:first]) if m
+    ]
+    if frames:
+      line += f' (in {os.path.basename(frames[-1][1])}:{frames[-1][2]})'
+  return line
 
 
 def classify(line):
@@ -585,29 +599,42 @@ def same_failure(outcome, line):
   exception and the start of its message (numbers aside)."""
   if outcome not in ('error', 'unsupported'):
     return outcome
-  return outcome + ': ' + re.sub(r'\d+', 'N', line)[:60]
+  return outcome + ': ' + re.sub(r'\d+', 'N', line)[:70]
+
+
+def run_source(source, name):
+  """Runs a program's script in this process: (outcome, detail)."""
+  import traceback
+  import torch._dynamo
+  # Dynamo looks globals up by module name: make the program a module.
+  module = types.ModuleType(name)
+  sys.modules[name] = module
+  torch._dynamo.reset()
+  try:
+    exec(compile(source, f'<{name}>', 'exec'), module.__dict__)
+    module.run()
+    return 'ok', ''
+  except Exception as e:
+    detail = failure(''.join(
+        traceback.format_exception(type(e), e, e.__traceback__)))
+    return classify(detail), detail[:300]
 
 
 def child(seeds, families):
   """Runs programs in this process, one JSON line per program."""
-  import traceback
-  import torch._dynamo
   for seed in seeds:
     print(f'START {seed}', flush=True)
-    source = Program(seed, families).script()
-    # Dynamo looks globals up by module name: make the program a module.
-    module = types.ModuleType(f'fuzz_views_{seed}')
-    sys.modules[module.__name__] = module
-    torch._dynamo.reset()
-    try:
-      exec(compile(source, f'<seed {seed}>', 'exec'), module.__dict__)
-      module.run()
-      outcome, detail = 'ok', ''
-    except Exception as e:
-      detail = failure(''.join(traceback.format_exception_only(type(e), e)))
-      outcome, detail = classify(detail), detail[:300]
+    outcome, detail = run_source(
+        Program(seed, families).script(), f'fuzz_views_{seed}')
     print('RESULT ' + json.dumps(dict(seed=seed, outcome=outcome,
                                       detail=detail)), flush=True)
+
+
+def worker():
+  """Runs the scripts sent on stdin (JSON lines), a JSON line for each."""
+  for n, line in enumerate(sys.stdin):
+    result = run_source(json.loads(line), f'fuzz_views_trial{n}')
+    print('RESULT ' + json.dumps(result), flush=True)
 
 
 def run_batches(seeds, families, batch, jobs, env):
@@ -641,9 +668,12 @@ def run_batches(seeds, families, batch, jobs, env):
 
 
 def run_script(source, env):
-  """same_failure() of a run of `source` in a new process."""
-  proc = subprocess.run([sys.executable, '-c', source], capture_output=True,
-                        text=True, env=env, timeout=600)
+  """same_failure() of a run of `source` alone, in a new process."""
+  try:
+    proc = subprocess.run([sys.executable, '-c', source], capture_output=True,
+                          text=True, env=env, timeout=600)
+  except subprocess.TimeoutExpired:
+    return 'timeout'
   if proc.returncode == 0:
     return 'ok'
   if proc.returncode < 0:
@@ -652,33 +682,58 @@ def run_script(source, env):
   return same_failure(classify(line), line)
 
 
-def shrink(program, result, env, budget=40):
-  """Drops statements while the script still fails the same way."""
-  outcome = same_failure(result['outcome'], result['detail'])
+class Worker:
+  """Runs scripts in a child process that imports torch_xla once (a new
+  child after one dies): same_failure() of each run."""
+
+  def __init__(self, env):
+    self.env, self.proc = env, None
+
+  def __call__(self, source, timeout=600):
+    if self.proc is None:
+      self.proc = subprocess.Popen([sys.executable, __file__, '--worker'],
+                                   stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, bufsize=0,
+                                   env=self.env)
+    self.proc.stdin.write(json.dumps(source).encode() + b'\n')
+    while select.select([self.proc.stdout], [], [], timeout)[0]:
+      line = self.proc.stdout.readline().decode()
+      if not line:
+        break
+      if line.startswith('RESULT '):
+        return same_failure(*json.loads(line[7:]))
+    died = self.proc.poll() is not None
+    self.close()
+    return 'dead' if died else 'timeout'
+
+  def close(self):
+    if self.proc is not None:
+      self.proc.kill()
+      self.proc.wait()
+      self.proc = None
+
+
+def shrink(program, target, run, budget=60):
+  """Drops statements while the script still fails the same way (`target`,
+  from same_failure()) when given to `run`."""
   parts = dict(setup=list(program.setup), body=list(program.body),
                eager=list(program.eager), steps=list(program.steps))
-  for _ in range(budget):
+  progress = True
+  while progress and budget > 0:
     progress = False
     for key in ('body', 'eager', 'steps', 'setup'):
-      for i in range(len(parts[key])):
-        trial = dict(parts)
-        trial[key] = parts[key][:i] + parts[key][i + 1:]
+      i = 0
+      while i < len(parts[key]) and budget > 0:
+        trial = dict(parts, **{key: parts[key][:i] + parts[key][i + 1:]})
         if key == 'steps' and 'compiled' not in trial['steps']:
+          i += 1
           continue
         budget -= 1
-        try:
-          got = run_script(program.script(**trial), env)
-        except subprocess.TimeoutExpired:
-          got = 'timeout'
-        if got == outcome:
+        if run(program.script(**trial)) == target:
           parts, progress = trial, True
-          break
-        if budget <= 0:
-          return program.script(**parts)
-      if progress:
-        break
-    if not progress:
-      break
+        else:
+          i += 1
   return program.script(**parts)
 
 
@@ -697,6 +752,8 @@ def main():
                       help='print failing programs unshrunk')
   parser.add_argument('--max-reports', type=int, default=5,
                       help='reproducers to print per outcome')
+  parser.add_argument('--unsupported', action='store_true',
+                      help='print reproducers of unsupported programs too')
   parser.add_argument('--families', default=','.join(FAMILIES),
                       help='the families that programs may have, of '
                       f'{",".join(FAMILIES)} (default: all; "" for none)')
@@ -704,12 +761,16 @@ def main():
   parser.add_argument('--save', metavar='DIR',
                       help='write each reproducer to DIR/fuzz_fail_SEED.py')
   parser.add_argument('--child', nargs='+', type=int, help=argparse.SUPPRESS)
+  parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
   families = tuple(f for f in args.families.split(',') if f)
   if set(families) - set(FAMILIES):
     parser.error(f'--families: unknown {set(families) - set(FAMILIES)}')
   if args.child:
     child(args.child, families)
+    return 0
+  if args.worker:
+    worker()
     return 0
   if args.show is not None:
     print(Program(args.show, families).script())
@@ -728,19 +789,28 @@ def main():
   results.sort(key=lambda r: r['seed'])
   counts = collections.Counter(r['outcome'] for r in results)
   reported = collections.Counter()
+  run = Worker(env)
   for r in results:
-    if r['outcome'] in ('ok', 'unsupported'):
+    if r['outcome'] == 'ok' or (r['outcome'] == 'unsupported' and
+                                not args.unsupported):
       continue
     if reported[r['outcome']] >= args.max_reports:
       continue
     reported[r['outcome']] += 1
     program = Program(r['seed'], families)
-    source = (program.script() if args.no_shrink else shrink(program, r, env))
-    print(f"\n===== reproducer: seed {r['seed']} ({r['outcome']}) =====")
+    source, note = program.script(), ''
+    if not args.no_shrink:
+      target = same_failure(r['outcome'], r['detail'])
+      source = shrink(program, target, run)
+      alone = run_script(source, env)  # shrunk in a process that ran others
+      if alone != target:
+        note = f' (but run alone: {alone})'
+    print(f"\n===== reproducer: seed {r['seed']} ({r['outcome']}){note} =====")
     print(source)
     if args.save:
       with open(os.path.join(args.save, f"fuzz_fail_{r['seed']}.py"), 'w') as f:
         f.write(source)
+  run.close()
   if args.json:
     with open(args.json, 'w') as f:
       json.dump(results, f, indent=1)
