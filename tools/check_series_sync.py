@@ -1,211 +1,124 @@
 #!/usr/bin/env python3
-"""Checks that the patch series and <repo>/test/ agree.
+"""Checks that patches/ and test/ agree.
 
-  1. Every patches/*.patch is listed in patches/series, and every entry of
-     series exists.
-  2. The files under test/ that the series creates or modifies (except
-     test/run_tests.sh) are byte for byte the files under <repo>/test/, in
-     both directions: a file in <repo>/test/ that the series does not carry is
-     an error too.
-  3. Each carried test_*.py is registered in upstream's test/run_tests.sh by
-     the series: an added line like
-         +  run_test "$_TEST_DIR/dynamo/test_foo.py"
-     (any run_test* helper) in a patch's diff of test/run_tests.sh.
+  1. patches/series lists every patches/*.patch, and each file it lists exists.
+  2. The files the series adds under test/ are, byte for byte, the files
+     under <repo>/test/: none missing, none extra.
+  3. The series registers each test_*.py it adds in test/run_tests.sh, with a
+     line such as  run_test "$_TEST_DIR/dynamo/test_foo.py"  (any run_test*
+     helper, e.g. run_test_multi_devices for test/spmd/).
 
-To get the carried files, the series' changes to test/ are applied with
-`git apply --include='test/*'` to an empty git repository (enough when the
-series only creates test files).  If the series modifies test files that
-already exist upstream, pass --checkout with a pytorch/xla checkout that has
-the base commit; the series is then applied to a temporary worktree at the
-base.  Exit status 1 on any mismatch.
+Exit status 1 on any mismatch.
 """
 
 import argparse
+import fnmatch
 import os
+import pathlib
 import re
 import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import series_lib  # noqa: E402
-
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN_TESTS = "test/run_tests.sh"
+from series_lib import REPO_ROOT, RUN_TESTS, file_diffs, read_series
 
 
-def log(msg):
-  print(f"[check_series_sync] {msg}", file=sys.stderr)
-
-
-def run(args, cwd):
-  return subprocess.run(args, cwd=cwd, capture_output=True, text=True)
-
-
-def files_under(root, sub="test"):
-  """Paths 'test/...' of the files under ROOT/test (caches ignored)."""
-  out = set()
-  top = os.path.join(root, sub)
-  for d, dirs, names in os.walk(top):
-    dirs[:] = [x for x in dirs if x not in ("__pycache__", ".pytest_cache")]
-    for n in names:
-      if not n.endswith(".pyc"):
-        out.add(os.path.relpath(os.path.join(d, n), root))
-  return out
-
-
-def check_series_listing(patch_dir, errors):
-  listed = series_lib.read_series(patch_dir)
-  on_disk = sorted(n for n in os.listdir(patch_dir) if n.endswith(".patch"))
-  for name in listed:
-    if not os.path.isfile(os.path.join(patch_dir, name)):
-      errors.append(f"series lists {name}, but {patch_dir}/{name} does not exist")
-  if len(set(listed)) != len(listed):
-    errors.append("series lists a patch more than once")
-  for name in on_disk:
-    if name not in listed:
-      errors.append(f"{patch_dir}/{name} is not listed in series")
-  return [
-      os.path.join(patch_dir, n)
-      for n in listed
-      if os.path.isfile(os.path.join(patch_dir, n))
+def added_test_files(patches):
+  """{path: bytes} of the files the series creates under test/, from
+  applying just those files' changes in a scratch repository."""
+  added = [
+      path for patch in patches for path, new in file_diffs(patch)
+      if new and path.startswith("test/")
   ]
-
-
-def base_commit(checkout):
-  for rev in (f"refs/tags/{series_lib.BASE_TAG}^{{commit}}",
-              f"{series_lib.BASE_COMMIT}^{{commit}}"):
-    p = run(["git", "rev-parse", "-q", "--verify", rev], checkout)
-    if p.returncode == 0:
-      return p.stdout.strip()
-  sys.exit(f"error: {checkout} has neither tag {series_lib.BASE_TAG} nor "
-           f"commit {series_lib.BASE_COMMIT}")
-
-
-def apply_test_changes(patches, checkout, errors):
-  """Applies the series' changes to test/ (minus run_tests.sh) in a scratch
-  tree; returns {path: bytes or None if deleted} for the carried files."""
-  carried = {}
-  for status, path in series_lib.touched(patches):
-    if path.startswith("test/") and path != RUN_TESTS:
-      carried[path] = status
-  if not carried:
+  if not added:  # git apply without --include would apply everything
     return {}
-  need_base = [
-      p for p in series_lib.paths_needing_base(patches)
-      if p in carried
-  ]
-  with tempfile.TemporaryDirectory(prefix="check_series_sync.") as tmp:
-    work = os.path.join(tmp, "tree")
-    if checkout:
-      base = base_commit(checkout)
-      p = run(["git", "worktree", "add", "-q", "--detach", work, base], checkout)
-      if p.returncode:
-        sys.exit(f"error: git worktree add failed in {checkout}: {p.stderr}")
-    else:
-      if need_base:
-        for path in need_base:
-          errors.append(
-              f"the series modifies {path}, which must already exist upstream; "
-              "rerun with --checkout /path/to/pytorch/xla to check it")
-        return None
-      os.makedirs(work)
-      run(["git", "init", "-q"], work)
-    try:
-      for patch in patches:
-        p = run([
-            "git", "apply", f"--exclude={RUN_TESTS}", "--include=test/*",
-            patch
-        ], work)
-        if p.returncode:
-          errors.append(f"{os.path.basename(patch)}: its changes to test/ do "
-                        f"not apply:\n    " +
-                        p.stderr.strip().replace("\n", "\n    "))
-          return None
-      result = {}
-      for path in carried:
-        full = os.path.join(work, path)
-        if os.path.isfile(full):
-          with open(full, "rb") as f:
-            result[path] = f.read()
-        else:
-          result[path] = None
-      return result
-    finally:
-      if checkout:
-        run(["git", "worktree", "remove", "--force", work], checkout)
+  with tempfile.TemporaryDirectory() as tmp:
+    subprocess.run(["git", "init", "-q"], cwd=tmp, check=True)
+    for patch in patches:
+      subprocess.run(
+          ["git", "apply", *[f"--include={p}" for p in added], patch],
+          cwd=tmp,
+          check=True)
+    return {path: pathlib.Path(tmp, path).read_bytes() for path in added}
 
 
-def check_registration(patches, carried, errors):
-  added = []
+def unregistered(patches, added):
+  """The test_*.py files of ADDED that the series does not register in
+  test/run_tests.sh."""
+  lines = []  # the lines the series adds to test/run_tests.sh
   for patch in patches:
-    for d in series_lib.parse_patch(patch):
-      if d.path == RUN_TESTS:
-        added += d.added_lines()
-  for path in sorted(carried):
-    name = os.path.basename(path)
-    if carried[path] is None or not (name.startswith("test_") and
-                                     name.endswith(".py")):
-      continue
-    rel = path[len("test/"):]
-    pattern = re.compile(r'^\s*(?:\S+\s+)*run_test\w*\s+"\$_TEST_DIR/' +
-                         re.escape(rel) + r'"')
-    if not any(pattern.match(line) for line in added):
-      errors.append(
-          f"{path} is not registered in {RUN_TESTS} by the series; add a line "
-          f'+  run_test "$_TEST_DIR/{rel}"')
+    with open(patch, errors="replace") as f:
+      for section in re.split(r"^diff --git ", f.read(), flags=re.M):
+        if section.startswith(f"a/{RUN_TESTS} "):
+          lines += re.findall(r"^\+(?!\+\+ )(.*)", section, re.M)
+  missing = []
+  for path in sorted(added):
+    quoted = '"$_TEST_DIR/' + path[len("test/"):] + '"'
+    if fnmatch.fnmatch(os.path.basename(path), "test_*.py") and not any(
+        quoted in line and re.search(r"\brun_test\w*\s", line)
+        for line in lines):
+      missing.append(path)
+  return missing
+
+
+def repo_test_files(root):
+  out = set()
+  for d, dirs, names in os.walk(os.path.join(root, "test")):
+    dirs[:] = [x for x in dirs if x not in ("__pycache__", ".pytest_cache")]
+    out |= {os.path.relpath(f"{d}/{n}", root) for n in names}
+  return {path for path in out if not path.endswith(".pyc")}
+
+
+def listing_errors(patch_dir, patches):
+  listed = [os.path.basename(p) for p in patches]
+  return [
+      f"series lists {p}, which does not exist" for p in patches
+      if not os.path.isfile(p)
+  ] + [
+      f"{patch_dir}/{n} is not listed in series"
+      for n in sorted(os.listdir(patch_dir))
+      if n.endswith(".patch") and n not in listed
+  ]
+
+
+def content_errors(added, root):
+  ours = repo_test_files(root)
+  errors = []
+  for path in sorted(set(added) | ours):
+    if path not in ours:
+      errors.append(f"the series adds {path}, which {root}/test lacks")
+    elif path not in added:
+      errors.append(f"{root}/{path} is not added by the series")
+    elif pathlib.Path(root, path).read_bytes() != added[path]:
+      errors.append(f"{root}/{path} differs from the series' copy")
+  return errors
+
+
+def problems(patch_dir, root):
+  patches = read_series(patch_dir)
+  errors = listing_errors(patch_dir, patches)
+  if errors:
+    return errors
+  added = added_test_files(patches)
+  return content_errors(added, root) + [
+      f"the series does not register {path} in {RUN_TESTS}"
+      for path in unregistered(patches, added)
+  ]
 
 
 def main(argv=None):
-  ap = argparse.ArgumentParser(
-      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--patches",
-                  default=os.path.join(REPO_ROOT, "patches"),
-                  help="directory with series and the patches "
-                  "(default: %(default)s)")
+  ap = argparse.ArgumentParser(description=__doc__,
+                               formatter_class=argparse.RawTextHelpFormatter)
+  ap.add_argument("--patches", default=os.path.join(REPO_ROOT, "patches"))
   ap.add_argument("--tests-root",
                   default=REPO_ROOT,
-                  help="directory whose test/ must match the series "
-                  "(default: %(default)s)")
-  ap.add_argument("--checkout",
-                  help="pytorch/xla checkout with the base commit, needed "
-                  "only if the series modifies existing upstream test files")
+                  help="directory whose test/ the series must match")
   a = ap.parse_args(argv)
-  patch_dir = os.path.abspath(a.patches)
-  root = os.path.abspath(a.tests_root)
-
-  errors = []
-  patches = check_series_listing(patch_dir, errors)
-  carried = apply_test_changes(patches, a.checkout, errors)
-  if carried is not None:
-    ours = files_under(root)
-    for path in sorted(carried):
-      content = carried[path]
-      mine = os.path.join(root, path)
-      if content is None:
-        if os.path.exists(mine):
-          errors.append(f"the series deletes {path}, but {mine} exists")
-      elif not os.path.isfile(mine):
-        errors.append(f"the series carries {path}, but {mine} does not exist")
-      else:
-        with open(mine, "rb") as f:
-          if f.read() != content:
-            errors.append(f"{mine} differs from the {path} the series carries "
-                          "(regenerate the series with tools/regen_patches.sh, "
-                          "or copy the file from the patched checkout)")
-    for path in sorted(ours - set(carried)):
-      errors.append(f"{os.path.join(root, path)} is not carried by the series")
-    check_registration(patches, carried, errors)
-
-  if errors:
-    for e in errors:
-      log("error: " + e)
-    log(f"FAILED: {len(errors)} problem(s)")
-    return 1
-  n = len([p for p in (carried or {}).values() if p is not None])
-  log(f"OK: {len(patches)} patch(es) in series; the {n} test file(s) they "
-      f"carry match {os.path.join(root, 'test')}")
-  return 0
+  errors = problems(os.path.abspath(a.patches), os.path.abspath(a.tests_root))
+  for e in errors:
+    print(f"[check_series_sync] {e}", file=sys.stderr)
+  print(f"[check_series_sync] {'FAILED' if errors else 'OK'}", file=sys.stderr)
+  return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -1,61 +1,47 @@
-"""The checkout that apply_and_test.sh builds from the installed wheel."""
+"""The checkout apply_and_test.sh builds from the installed wheel."""
 
 import os
 
-import pytest
-
+import apply_and_test
 import series_lib
-from conftest import XLA_SRC, git
+from conftest import XLA_CHECKOUT, git, needs_xla_checkout
 
 
-def tree(repo, rev="v2.9.0", path="torch_xla"):
-  """{path: (mode, blob)} of the files under PATH at REV."""
+def python_files(repo):
+  """{path: (mode, blob)} of torch_xla/**/*.py at v2.9.0 in REPO."""
   out = {}
-  for line in git("ls-tree", "-r", rev, "--", path, cwd=repo).splitlines():
-    meta, name = line.split("\t", 1)
-    mode, _, blob = meta.split()
-    out[name] = (mode, blob)
+  for line in git("ls-tree", "-r", "v2.9.0", "--", "torch_xla",
+                  cwd=repo).splitlines():
+    meta, path = line.split("\t")
+    if path.endswith(".py"):
+      out[path] = (meta.split()[0], meta.split()[2])
   return out
 
 
-def test_exclusions_are_wheel_files_missing_from_git(wheel_pkg_dir):
-  for rel in series_lib.WHEEL_GENERATED_FILES:
-    assert os.path.isfile(os.path.join(wheel_pkg_dir,
-                                       os.path.relpath(rel, "torch_xla")))
-
-
-def test_checkout_equals_installed_wheel(wheel_checkout, wheel_pkg_dir):
-  files = tree(wheel_checkout)
-  # Every *.py of the wheel, minus the documented generated files.
-  wheel_py = set()
-  for root, dirs, names in os.walk(wheel_pkg_dir):
-    dirs[:] = [d for d in dirs if d != "__pycache__"]
-    for n in names:
-      if n.endswith(".py"):
-        wheel_py.add("torch_xla/" +
-                     os.path.relpath(os.path.join(root, n), wheel_pkg_dir))
-  assert set(files) == wheel_py - set(series_lib.WHEEL_GENERATED_FILES)
+def test_checkout_holds_the_wheels_python_files(wheel_checkout):
+  wheel = apply_and_test.torch_xla_dir()
+  files = git("ls-tree", "-r", "--name-only", "v2.9.0",
+              cwd=wheel_checkout).split()
+  expected = [
+      os.path.relpath(os.path.join(d, n), os.path.dirname(wheel))
+      for d, _, names in os.walk(wheel)
+      for n in names
+      if n.endswith(".py")
+  ]
+  assert sorted(files) == sorted(set(expected) - {"torch_xla/version.py"})
   for path in files:
-    committed = git("show", f"v2.9.0:{path}", cwd=wheel_checkout)
-    with open(os.path.join(wheel_pkg_dir, os.path.relpath(path, "torch_xla")),
-              encoding="utf-8") as f:
-      assert committed == f.read(), path
-  # Only torch_xla/ is in the commit.
-  assert set(tree(wheel_checkout, path=".")) == set(files)
+    with open(os.path.join(os.path.dirname(wheel), path)) as f:
+      assert git("show", f"v2.9.0:{path}", cwd=wheel_checkout) == f.read()
 
 
-@pytest.mark.skipif(not os.path.isdir(os.path.join(XLA_SRC, ".git")),
-                    reason=f"no pytorch/xla mirror at {XLA_SRC} (set XLA_SRC)")
-def test_checkout_equals_tag_python_files(wheel_checkout):
-  """Same paths, modes and blobs as the tag's torch_xla/**/*.py."""
-  tag = {p: v for p, v in tree(XLA_SRC).items() if p.endswith(".py")}
-  assert git("rev-parse", "v2.9.0^{commit}",
-             cwd=XLA_SRC).strip() == series_lib.BASE_COMMIT
-  assert tree(wheel_checkout) == tag
+def test_build_is_reproducible(wheel_checkout, tmp_path):
+  apply_and_test.build_wheel_checkout(str(tmp_path / "again"))
+  assert git("rev-parse", "v2.9.0", cwd=tmp_path / "again") == \
+      git("rev-parse", "v2.9.0", cwd=wheel_checkout)
 
 
-def test_build_is_reproducible(wheel_checkout, wheel_pkg_dir, tmp_path):
-  again = series_lib.build_wheel_checkout(str(tmp_path / "again"),
-                                          wheel_pkg_dir)
-  assert again == git("rev-parse", "v2.9.0^{commit}",
-                      cwd=wheel_checkout).strip()
+@needs_xla_checkout
+def test_checkout_equals_the_tags_python_files(wheel_checkout):
+  assert git("rev-parse", "v2.9.0^{commit}", cwd=XLA_CHECKOUT).strip() == \
+      series_lib.BASE_COMMIT
+  assert python_files(wheel_checkout) == python_files(XLA_CHECKOUT)
