@@ -3,8 +3,10 @@
 
 The reported program writes a KV cache through views of one eager XLA tensor
 inside torch.compile(backend="openxla"), with the views marked for buffer
-donation.  This script runs its three steps (compiled write, compiled write
-again, eager write) on two kinds of views of one cache:
+donation; its function is taken from test/dynamo/test_dynamo_view_inputs.py
+(test_reported_program), not copied.  This script runs its three steps
+(compiled write, compiled write again, eager write) on two kinds of views of
+one cache:
 
   unbind        key_cache, value_cache = kv_cache            (the report)
   view_reshape  kv_cache[0].view(N * H, D), kv_cache[1].reshape(N * H, D)
@@ -26,24 +28,26 @@ import os
 import subprocess
 import sys
 import traceback
+import types
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE = 128, 128, 4, 64
 SCENARIOS = ('unbind', 'view_reshape')
 STEPS = ('compiled', 'compiled again', 'eager')
 
 
-def write_to_kv_cache(key, value, key_cache, value_cache, slot_mapping):
-  """The function from the report, verbatim."""
-  import torch
-  torch.ops.xla.dynamo_set_buffer_donor_(key_cache, True)
-  torch.ops.xla.dynamo_set_buffer_donor_(value_cache, True)
-
-  key = key.flatten(0, 2)
-  value = value.flatten(0, 2)
-  key_cache = key_cache.flatten(0, 2)
-  value_cache = value_cache.flatten(0, 2)
-  key_cache.index_copy_(0, slot_mapping, key)
-  value_cache.index_copy_(0, slot_mapping, value)
+def reported_program():
+  """The function from the report, write_to_kv_cache, taken from the test
+  that holds it (ViewInputsTest.test_reported_program in the repository's
+  test/dynamo/test_dynamo_view_inputs.py) rather than written again here."""
+  sys.path.insert(0, os.path.join(REPO_ROOT, 'test', 'dynamo'))
+  import test_dynamo_view_inputs as tests
+  # A function defined inside the test method: its code is a constant of the
+  # method's code; it uses only module globals (torch).
+  code = next(c for c in tests.ViewInputsTest.test_reported_program.__code__
+              .co_consts if getattr(c, 'co_name', '') == 'write_to_kv_cache')
+  return types.FunctionType(code, vars(tests))
 
 
 def write_flat(key, value, key_flat, value_flat, slot_mapping):
@@ -84,7 +88,7 @@ def run_child(scenario):
   def emit(**row):
     print('ROW ' + json.dumps(row), flush=True)
 
-  fn = write_to_kv_cache if scenario == 'unbind' else write_flat
+  fn = reported_program() if scenario == 'unbind' else write_flat
   shape = (2, NUM_BLOCKS, BLOCK_SIZE, NUM_KV_HEADS, HEAD_SIZE)
   kv_init = torch.zeros(shape)
   slots = torch.arange(12, dtype=torch.long)
