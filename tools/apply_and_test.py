@@ -433,7 +433,7 @@ def main():
     root = base_worktree(checkout, base, cache)
     log(f"unpatched: {root}, at {BASE_TAG} without the series")
   else:
-    apply_series(checkout, base, read_series(a.patches), cache)
+    apply_series(checkout, base, read_series(os.path.abspath(a.patches)), cache)
     root = checkout
   link_prebuilt(root, base)
   if a.run:

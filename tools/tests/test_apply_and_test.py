@@ -32,7 +32,10 @@ def test_apply_then_already_applied(tools, checkout, two_patches):
   assert os.path.islink(os.path.join(checkout, "torch_xla/version.py"))
   assert git("status", "--porcelain", cwd=checkout) == ""
   before = repo_state(checkout)
-  assert "already applied" in tools.apply(*args, check=0).stderr
+  # Again, with the patch directory relative to the current directory.
+  relative = ("--checkout", checkout, "--patches", "patches", *RUN_TRUE)
+  p = tools.apply(*relative, cwd=os.path.dirname(two_patches), check=0)
+  assert "already applied" in p.stderr
   assert repo_state(checkout) == before
 
 
