@@ -176,7 +176,7 @@ class Program:
     cache = rng.choice(CACHES) if self._chance(rng, 'rows', 0.3) else None
     self.row_dim = cache[2] if cache else None
     bases = self._cache(rng, cache) if cache else self._bases(rng)
-    views = [v for v in self.exprs]
+    views = list(self.exprs)
     inside = rng.random() < 0.3
     toggle, toggle_in_fn = None, False
     if self._chance(rng, 'meta', 0.25):  # a metadata mutation of `toggled`
