@@ -502,6 +502,38 @@ class LiftedViewsKeepStockFeaturesTest(parameterized.TestCase):
       self.assertEqual(xla.shape, cpu.shape)
       torch.testing.assert_close(xla, cpu, rtol=0, atol=0)
 
+  def test_returned_view_input_is_the_same_tensor(self):
+    # Eager returns `v` itself; an in-place shape change of one shows on the
+    # other, call after call, as the view's layout in its base changes.
+    def fn(v, w):
+      v.squeeze_(0) if v.dim() == 1 else v.unsqueeze_(0)
+      w.mul_(2)
+      return v
+
+    results = []
+    for device in ('cpu', torch_xla.device()):
+      base = _values(5, 3, 3).to(device)
+      v, w = base[:, 2, 2][0], base.view(45)
+      f = fn if device == 'cpu' else torch.compile(fn, backend='openxla')
+      outs = [f(v, w) for _ in range(3)]
+      self.assertTrue(all(out is v for out in outs))
+      results.append([out.cpu() for out in outs] + [base.cpu()])
+    for xla, cpu in zip(results[1], results[0]):
+      self.assertEqual(xla.shape, cpu.shape)
+      torch.testing.assert_close(xla, cpu, rtol=0, atol=0)
+
+  def test_static_address_view_changing_shape_is_refused(self):
+    # Dynamo guards a static-address tensor by identity only: a graph traced
+    # for its old shape must not run on the new one.
+    base = torch.zeros(2, 1, 3, device=torch_xla.device())
+    view = base[0]
+    torch._dynamo.mark_static_address(view)
+    compiled = torch.compile(lambda: view.add_(1).sum(), backend='openxla')
+    compiled()
+    view.squeeze_(0)
+    with self.assertRaisesRegex(NotImplementedError, 'changed shape in place'):
+      compiled()
+
   @parameterized.parameters(
       (torch.int32, 'setitem'),
       (torch.int64, 'setitem'),
