@@ -1,4 +1,5 @@
-"""The reproducer, the fuzzer and the benchmark, run through apply_and_test.sh.
+"""The reproducer, the fuzzer, the benchmark and the decode demo, run through
+apply_and_test.sh.
 
 These run the tools the way README tells users to, on the default checkout
 built from the installed wheel, patched and (where it shows the bug)
@@ -119,3 +120,15 @@ def test_bench_smoke(run_tool, tmp_path):
   assert len(rows) == 3 * 4 * 2
   assert all(r.get('correct') for r in rows), rows
   assert png.stat().st_size > 0
+
+
+def test_decode_demo_smoke_patched(run_tool, tmp_path):
+  # A few tokens, the StaticCache and the paged per-layer views: the compiled
+  # decode gives the CPU reference's tokens and cache.
+  out = tmp_path / 'decode.json'
+  proc = run_tool('tools/decode_demo.py', '--tokens', '4', '--layouts', 'a,c1',
+                  '--json', str(out))
+  assert proc.returncode == 0
+  rows = json.loads(out.read_text())
+  assert [r['layout'] for r in rows] == ['a', 'c1']
+  assert all(r['tokens_equal'] and r['cache_equal'] for r in rows), rows
