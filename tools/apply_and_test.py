@@ -26,6 +26,15 @@ is pre-existing, listed but not counted.  stdout gets a table per file and a
 last line "N passed, N failed"; the exit status is 0 if no counted test
 failed.  Our messages and the tests' output go to stderr.
 
+PyTorch side: if the patch directory has pytorch/series (a series against
+pytorch/pytorch v2.9.0), its changes to torch/ run over the installed torch
+too.  <cache>/torch-overlay/<hash of the series>/, built once per series,
+holds a git repository of the installed torch's files that the series
+changes, tagged v2.9.0, with the series applied by `git am`, and torch/, a
+tree of symlinks to the installed package's entries in which those files
+link into the repository instead; it goes first on PYTHONPATH (tests and
+--run), so `import torch` loads the installed torch but for them.
+
 Environment: PYTHON (see tools/env.sh); APPLY_AND_TEST_CACHE, the cache
 directory (default <repo>/.cache).
 """
@@ -43,10 +52,12 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-from series_lib import (BASE_TAG, REPO_ROOT, RUN_TESTS, base_commit, die, git,
-                        missing_from_base, read_series)
+from series_lib import (BASE_TAG, REPO_ROOT, RUN_TESTS, base_commit, die,
+                        file_diffs, git, missing_from_base, read_series)
 
 BRANCH = "fix-8832"
+# The PyTorch series: <patch dir>/pytorch/series.
+TORCH_SERIES = "pytorch"
 # The CPU dynamo tests of upstream's test/run_tests.sh.
 REGRESSION_FILES = [
     f"test/dynamo/{name}.py"
@@ -80,13 +91,13 @@ def log(msg):
   print(f"[apply_and_test] {msg}", file=sys.stderr, flush=True)
 
 
-def torch_xla_dir(pythonpath=""):
-  """The directory `import torch_xla` loads with PYTHONPATH (found without
-  importing it); with none, the installed wheel's."""
+def torch_xla_dir(pythonpath="", package="torch_xla"):
+  """The directory `import torch_xla` (or PACKAGE) loads with PYTHONPATH
+  (found without importing it); with none, the installed wheel's."""
   return os.path.dirname(
       subprocess.run([
           sys.executable, "-c",
-          "import importlib.util as u; print(u.find_spec('torch_xla').origin)"
+          f"import importlib.util as u; print(u.find_spec('{package}').origin)"
       ],
                      env=dict(os.environ, PYTHONPATH=pythonpath),
                      capture_output=True,
@@ -122,6 +133,82 @@ def build_wheel_checkout(dest):
       env=WHEEL_ENV)
   git(tmp, "tag", BASE_TAG)
   os.rename(tmp, dest)
+
+
+def link_tree(src, dst, files, patched):
+  """Makes DST a directory of symlinks to SRC's entries, but for FILES (paths
+  relative to SRC), which link to PATCHED/<path>, and the directories that
+  hold them, made the same way."""
+  os.makedirs(dst)
+  names = set(os.listdir(src) if os.path.isdir(src) else [])
+  for name in sorted(names | {f.split("/")[0] for f in files}):
+    inner = [f.split("/", 1)[1] for f in files if f.startswith(name + "/")]
+    if inner:
+      link_tree(f"{src}/{name}", f"{dst}/{name}", inner, f"{patched}/{name}")
+    elif name != "__pycache__":
+      os.symlink(f"{patched if name in files else src}/{name}", f"{dst}/{name}")
+
+
+def torch_overlay(patch_dir, cache):
+  """The directory to put first on PYTHONPATH to run PATCH_DIR's PyTorch
+  series over the installed torch (see the module's doc), built if needed;
+  None if PATCH_DIR has none."""
+  if not os.path.exists(f"{patch_dir}/{TORCH_SERIES}/series"):
+    return None
+  patches = read_series(f"{patch_dir}/{TORCH_SERIES}")
+  installed = torch_xla_dir(package="torch")
+  key = hashlib.sha1(installed.encode())
+  for patch in patches:
+    with open(patch, "rb") as f:
+      key.update(f.read())
+  dest = f"{cache}/torch-overlay/{key.hexdigest()[:12]}"
+  files = sorted({
+      path for patch in patches for path, _ in file_diffs(patch)
+      if path.startswith("torch/")
+  })
+  if not os.path.isdir(dest):
+    log(f"building {dest}: the installed torch's {' '.join(files)} with "
+        f"{len(patches)} PyTorch patch(es) (once)")
+    tmp = dest + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(f"{tmp}/git")
+    for path in files:  # but those the series creates
+      if os.path.exists(f"{installed}/../{path}"):
+        os.makedirs(os.path.dirname(f"{tmp}/git/{path}"), exist_ok=True)
+        shutil.copyfile(f"{installed}/../{path}", f"{tmp}/git/{path}")
+    git(f"{tmp}/git", "init", "-q")
+    git(f"{tmp}/git", "add", "-A")
+    git(f"{tmp}/git",
+        "-c",
+        "commit.gpgSign=false",
+        "commit",
+        "-q",
+        "--no-verify",
+        "--allow-empty",
+        "-m",
+        "torch's files that the PyTorch series changes, as installed",
+        env=WHEEL_ENV)
+    git(f"{tmp}/git", "tag", BASE_TAG)
+    am = subprocess.run([
+        "git", "-c", "core.hooksPath=/dev/null", "am", "--keep-non-patch",
+        "--include=torch/*", *patches
+    ],
+                        cwd=f"{tmp}/git",
+                        env=dict(os.environ, **AM_ENV),
+                        capture_output=True,
+                        text=True)
+    if am.returncode:
+      sys.stderr.write(am.stdout + am.stderr)
+      die(f"the PyTorch series ({patch_dir}/{TORCH_SERIES}) does not apply to "
+          f"the installed torch ({installed})")
+    link_tree(installed, f"{tmp}/torch",
+              [f.removeprefix("torch/") for f in files], f"{dest}/git/torch")
+    os.rename(tmp, dest)
+  if torch_xla_dir(dest, "torch") != f"{dest}/torch":
+    die(f"import torch loads {torch_xla_dir(dest, 'torch')}, not {dest}/torch")
+  log(f"torch: the installed one, but for the PyTorch series' {' '.join(files)}"
+      f" ({dest})")
+  return dest
 
 
 def apply_series(checkout, base, patches, cache):
@@ -238,16 +325,16 @@ def outcomes(xml):
   return out
 
 
-def run_file(root, rel, path, logs):
+def run_file(root, rel, path, logs, overlay=None):
   """Runs one test file as run_tests.sh does, but under pytest (see
-  pytest_as_script.py), whose report goes to LOGS; returns (exit status,
-  outcomes)."""
+  pytest_as_script.py), whose report goes to LOGS, with OVERLAY (the PyTorch
+  series' torch) first on PYTHONPATH; returns (exit status, outcomes)."""
   xml = f"{logs}/{rel.replace('/', '_')}.xml"
   devices = "4" if rel.startswith("test/spmd/") else "1"
   env = dict(os.environ,
              PJRT_DEVICE="CPU",
              CPU_NUM_DEVICES=devices,
-             PYTHONPATH=f"{root}:{root}/test")
+             PYTHONPATH=":".join(filter(None, [overlay, root, f"{root}/test"])))
   # -c /dev/null: no pytest settings from directories above the checkout.
   pytest = [
       sys.executable, f"{REPO_ROOT}/tools/pytest_as_script.py", "-v", "-p",
@@ -335,14 +422,16 @@ def parse_args():
                   "one built from the wheel)")
   ap.add_argument("--patches",
                   default=f"{REPO_ROOT}/patches",
-                  help="directory of series and the patches")
+                  help="directory of series and the patches (and of "
+                  "pytorch/series, the PyTorch series, if any)")
   ap.add_argument("--build",
                   choices=["prebuilt"],
                   default="prebuilt",
                   help="the checkout's Python over the wheel's _XLAC")
   ap.add_argument("--unpatched",
                   action="store_true",
-                  help="the same without the series (a worktree at v2.9.0)")
+                  help="the same without either series (a worktree at "
+                  "v2.9.0, the installed torch)")
   ap.add_argument("--only", help="just this test file (test_foo[.py])")
   ap.add_argument("--run",
                   nargs=argparse.REMAINDER,
@@ -380,11 +469,14 @@ def pick_checkout(arg, cache):
   return checkout
 
 
-def exec_command(root, cmd):
-  """Replaces this process with CMD, ROOT's torch_xla importable."""
-  env = dict(os.environ,
-             PYTHONPATH=os.pathsep.join(
-                 filter(None, [root, os.environ.get("PYTHONPATH")])))
+def exec_command(root, cmd, overlay=None):
+  """Replaces this process with CMD, ROOT's torch_xla (and OVERLAY's torch)
+  importable."""
+  env = dict(
+      os.environ,
+      PYTHONPATH=os.pathsep.join(
+          filter(None,
+                 [overlay, root, os.environ.get("PYTHONPATH")])))
   env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
   log(f"running {' '.join(cmd)}")
   try:
@@ -429,21 +521,23 @@ def main():
   base = base_commit(checkout)
   real = git(checkout, "cat-file", "-e", f"{base}:{RUN_TESTS}",
              check=False) is not None
+  overlay = None
   if a.unpatched:
     root = base_worktree(checkout, base, cache)
     log(f"unpatched: {root}, at {BASE_TAG} without the series")
   else:
     apply_series(checkout, base, read_series(os.path.abspath(a.patches)), cache)
+    overlay = torch_overlay(os.path.abspath(a.patches), cache)
     root = checkout
   link_prebuilt(root, base)
   if a.run:
-    exec_command(root, a.run)
+    exec_command(root, a.run, overlay)
 
   if not real:
     log(f"{checkout} is not a real pytorch/xla checkout: upstream's tests "
         "are not run (use --checkout DIR for that)")
   files = test_files(root, real, a.unpatched, a.only)
-  results = [(rel, *run_file(root, rel, path, f"{cache}/logs"))
+  results = [(rel, *run_file(root, rel, path, f"{cache}/logs", overlay))
              for rel, path, _ in files]
   upstream = {rel for rel, _, upstream in files if upstream}
   rerun = [

@@ -5,7 +5,11 @@ torch_xla/_dynamo/dynamo_bridge.py: writes into views of a donated cache are
 rewritten as one `index_put_` on the cache itself, so a step is one execution
 that updates the donated buffer, with no recompilation.
 """
+import glob
+import os
+import subprocess
 import sys
+import tempfile
 import unittest
 
 from absl.testing import parameterized
@@ -138,6 +142,107 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     # The first and last slot of each half of each layer (asserted against
     # the CPU inside run_steps).
     self.run_steps(pattern, mode, layers=3, steps=3)
+
+
+def _decode_step(*args):
+  """A decoder step over one allocation (layers, 2, blocks, block, heads, dim).
+
+  Takes the cache, or its k and v halves of each layer. Each layer writes its
+  new k and v, then reads rows of them back before the next layer writes. The
+  attention does not feed the next layer's k and v: nothing but the rewrite
+  orders the reads before the next write.
+  """
+  caches, (x, q, slots, rows) = args[:-4], args[-4:]
+  for cache in caches:
+    torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+  if len(caches) == 1:
+    caches = [half for layer in caches[0] for half in layer]
+  # A read before the first write too.
+  outs = [caches[-1].flatten(0, 1).index_select(0, rows).sum((0, 2))]
+  for layer, (k_cache, v_cache) in enumerate(zip(caches[0::2], caches[1::2])):
+    k_cache.flatten(0, 1).index_copy_(0, slots, x * (layer + 1))
+    v_cache.flatten(0, 1).index_copy_(0, slots, x - layer)
+    keys = k_cache.flatten(0, 1).index_select(0, rows)
+    values = v_cache.flatten(0, 1).index_select(0, rows)
+    scores = torch.einsum('hd,rhd->hr', q, keys).softmax(-1)
+    outs.append(torch.einsum('hr,rhd->hd', scores, values).sum(-1))
+  return torch.stack(outs)
+
+
+class InterleavedReadsTest(parameterized.TestCase):
+  """Reads of a one-allocation cache between the layers' writes.
+
+  See "Reads between writes" in [Note: Graph inputs that are views].
+  """
+
+  def setUp(self):
+    super().setUp()
+    torch._dynamo.reset()
+
+  @parameterized.parameters('base', 'view')
+  def test_decoder_one_allocation(self, mode):
+    layers, steps, slots_total = 2, 5, BLOCKS * BLOCK
+    shape = (layers, 2, BLOCKS, BLOCK, HEADS, HEAD_DIM)
+    device = torch_xla.device()
+    cpu_cache = _values(*shape) / 100
+    xla_cache = cpu_cache.to(device)
+
+    def halves(cache):
+      if mode == 'base':
+        return [cache]
+      return [cache[l, i] for l in range(layers) for i in range(2)]
+
+    compiled = torch.compile(_decode_step, backend='openxla')
+    torch_xla.sync()
+    xm.wait_device_ops()
+    met.clear_all()
+    for step in range(steps):
+      x = _values(2, HEADS, HEAD_DIM) * (step + 1) / 1000
+      q = torch.ones(HEADS, HEAD_DIM) / (step + 1)
+      # The last slot and a slot that moves; the rows read include both.
+      slots = torch.tensor([slots_total - 1, step])
+      rows = torch.tensor([0, step, slots_total - 1, (step + 7) % slots_total])
+      if step == 1:  # after warm-up
+        xm.wait_device_ops()
+        in_place_writes = met.counter_value('DynamoInPlaceViewWrite')
+        old_buffer = torch_xla._XLAC._get_tensors_xla_device_data_node(
+            [xla_cache])[1][0]
+        met.clear_all()
+      inputs = [x, q, slots, rows]
+      out = compiled(*halves(xla_cache), *[t.to(device) for t in inputs])
+      torch_xla.sync()
+      expected = _decode_step(*halves(cpu_cache), *inputs)
+      torch.testing.assert_close(out.cpu(), expected)
+    xm.wait_device_ops()
+    executions = met.metric_data('ExecuteTime')[0]
+    compilations = met.metric_data('CompileTime')
+    torch.testing.assert_close(xla_cache.cpu(), cpu_cache, rtol=0, atol=0)
+    self.assertEqual(in_place_writes, 2 * layers)
+    # One execution per step, and no compilation after the first call.
+    self.assertEqual(executions, steps - 1)
+    self.assertIsNone(compilations)
+    # The cache's own buffer is donated and written in place.
+    self.assertIn('Data Handle: Deleted',
+                  torch_xla._XLAC._get_xla_tensor_debug_info(old_buffer))
+
+  def test_no_copy_of_the_cache(self):
+    # XLA keeps a value read before an in-place write of its buffer by copying
+    # the whole buffer. Runs the tests above with the optimized HLO dumped.
+    with tempfile.TemporaryDirectory() as dump:
+      flags = f'--xla_dump_to={dump} --xla_dump_hlo_as_text'
+      env = dict(
+          os.environ, XLA_FLAGS=f"{os.environ.get('XLA_FLAGS', '')} {flags}")
+      tests = [
+          f'{type(self).__name__}.test_decoder_one_allocation{i}'
+          for i in range(2)
+      ]
+      subprocess.run([sys.executable, __file__] + tests, env=env, check=True)
+      hlo = ''.join(
+          open(f).read()
+          for f in glob.glob(os.path.join(dump, '*after_optimizations.txt')))
+    cache = f'f32[2,2,{BLOCKS},{BLOCK},{HEADS},{HEAD_DIM}]{{5,4,3,2,1,0}}'
+    self.assertIn(f'{cache} scatter(', hlo)
+    self.assertEqual(hlo.count(f'{cache} copy('), 0)
 
 
 if __name__ == '__main__':

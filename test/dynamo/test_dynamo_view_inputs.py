@@ -652,6 +652,24 @@ class LiftedViewsKeepStockFeaturesTest(parameterized.TestCase):
     torch.testing.assert_close(out.cpu(), torch.ones(3))
     self.assertIsNone(met.counter_value('DynamoLiftedGraph'))
 
+  def test_backend_comes_from_torchs_hook_or_the_fallback(self):
+    from torch._dynamo.backends import registry, torchxla
+    from torch_xla._dynamo import dynamo_bridge
+    import torch_xla.core.dynamo_bridge as bridge
+    # torch asks torch_xla.core.dynamo_bridge for the hook.
+    self.assertIs(bridge.openxla_backend, dynamo_bridge.openxla_backend)
+    backend = registry.lookup_backend('openxla')
+    if hasattr(torchxla, 'openxla_aot'):  # torch has the hook
+      self.assertIs(backend, torchxla.openxla)
+    else:  # torch_xla replaced the registry's entry
+      self.assertIsNot(backend, torchxla.openxla)
+    self.assertEqual(backend._tags, torchxla.openxla._tags)
+    met.clear_all()
+    base = torch.zeros(2, 3, device=torch_xla.device())
+    torch.compile(lambda v: v.add_(1), backend='openxla')(base[1])
+    torch.testing.assert_close(base.cpu(), torch.tensor([[0.] * 3, [1.] * 3]))
+    self.assertEqual(met.counter_value('DynamoLiftedGraph'), 1)
+
 
 if __name__ == '__main__':
   test = unittest.main()

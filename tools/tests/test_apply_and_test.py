@@ -1,10 +1,13 @@
-"""tools/apply_and_test.sh: applying a synthetic series, --run, --unpatched."""
+"""tools/apply_and_test.sh: applying a synthetic series, --run, --unpatched,
+a PyTorch series over the installed torch."""
 
 import os
 import re
+import shutil
 
 import pytest
 
+import apply_and_test
 from conftest import (BRIDGE, CONFIG, XLA_CHECKOUT, append_line, git,
                       make_series, needs_xla_checkout, repo_state)
 
@@ -186,6 +189,60 @@ def test_run_keeps_cwd_and_exit_status(tools, tmp_path):
   cwd, where = p.stdout.split()
   assert cwd == os.path.realpath(tmp_path)
   assert where == f"{tools.cache}/wheel-checkout/torch_xla/__init__.py"
+
+
+def test_pytorch_series_runs_over_the_installed_torch(tools, tmp_path):
+  torchxla = "torch/_dynamo/backends/torchxla.py"
+  site = os.path.dirname(apply_and_test.torch_xla_dir(package="torch"))
+  mini = tmp_path / "torch"  # the installed torchxla.py, tagged v2.9.0
+  os.makedirs(mini / os.path.dirname(torchxla))
+  shutil.copyfile(f"{site}/{torchxla}", mini / torchxla)
+  git("init", "-q", cwd=mini)
+  git("add", ".", cwd=mini)
+  git("commit", "-q", "-m", "v2.9.0's file", cwd=mini)
+  git("tag", "v2.9.0", cwd=mini)
+  patch_dir = tmp_path / "patches"
+  os.makedirs(patch_dir)
+  make_series(str(mini), str(patch_dir / "pytorch"), [("Mark torchxla", {
+      torchxla: append_line("MARK = 'patched'"),
+      "test/dynamo/test_mark.py": "left out\n",
+  })])
+  (patch_dir / "series").write_text("")  # no torch_xla patch
+  code = ("import torch, torch._dynamo.backends.torchxla as t\n"
+          "print(torch.__file__, t.__file__, getattr(t, 'MARK', None))")
+  p = tools.apply("--patches",
+                  patch_dir,
+                  "--run",
+                  "python",
+                  "-c",
+                  code,
+                  check=0)
+  torch_init, where, mark = p.stdout.split()
+  overlay = os.path.dirname(os.path.dirname(torch_init))
+  assert overlay.startswith(os.path.join(tools.cache, "torch-overlay", ""))
+  assert where == f"{overlay}/{torchxla}" and mark == "patched"
+  assert os.path.realpath(f"{overlay}/torch/_C") == f"{site}/torch/_C"
+  assert not os.path.exists(f"{overlay}/git/test")
+  with open(f"{site}/{torchxla}") as f:
+    assert "MARK" not in f.read()
+  # Built once; --unpatched runs the installed torch.
+  p = tools.apply("--patches",
+                  patch_dir,
+                  "--run",
+                  "python",
+                  "-c",
+                  code,
+                  check=0)
+  assert "building" not in p.stderr and p.stdout.split()[2] == "patched"
+  p = tools.apply("--patches",
+                  patch_dir,
+                  "--unpatched",
+                  "--run",
+                  "python",
+                  "-c",
+                  code,
+                  check=0)
+  assert p.stdout.split()[1:] == [f"{site}/{torchxla}", "None"]
 
 
 def test_help_and_bad_options(tools):

@@ -1,0 +1,231 @@
+"""torch.compile(backend='openxla') keeps eager's aliasing between outputs.
+
+Every test runs the same program compiled on XLA and eagerly on the CPU,
+writes into one output in place and compares every output and input, after
+the first and after a second call, in inference and in grad mode. See
+[Note: Outputs that alias one another] in torch_xla/_dynamo/dynamo_bridge.py.
+"""
+import sys
+import unittest
+
+from absl.testing import parameterized
+import torch
+import torch._dynamo
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+from torch_xla._dynamo import config as dynamo_config
+
+
+def _inputs(device, grad):
+  x = torch.arange(6, dtype=torch.float32).reshape(2, 3).to(device) / 4
+  w = torch.full((3,), 1.5).to(device).requires_grad_(grad)
+  return [x, w]
+
+
+class OutputAliasingTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    torch._dynamo.reset()
+
+  def assert_matches_eager(self, fn, write=0, inputs=_inputs):
+    """Runs `fn` compiled on XLA and eagerly on the CPU, in both grad modes.
+
+    After each of two calls, `output[write]` is written in place, then every
+    output and input is compared.
+    """
+    for grad in (False, True):
+      with self.subTest(grad=grad):
+        torch._dynamo.reset()
+        xla_args, cpu_args = inputs(torch_xla.device(),
+                                    grad), inputs('cpu', grad)
+        compiled = torch.compile(fn, backend='openxla')
+        for call in range(2):
+          with torch.set_grad_enabled(grad):
+            xla_outs, cpu_outs = compiled(*xla_args), fn(*cpu_args)
+          with torch.no_grad():
+            xla_outs[write].add_(100)
+            cpu_outs[write].add_(100)
+          for i, (x, c) in enumerate(
+              zip(list(xla_outs) + xla_args,
+                  list(cpu_outs) + cpu_args)):
+            torch.testing.assert_close(
+                x.detach().cpu(),
+                c.detach(),
+                msg=lambda m: f'call {call}, tensor {i}: {m}')
+            self.assertEqual(x.requires_grad, c.requires_grad)
+
+  def test_view_and_its_base(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return out.view(-1), out
+
+    self.assert_matches_eager(fn, write=0)
+    self.assert_matches_eager(fn, write=1)
+
+  def test_unbind_and_its_base(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return (*out.unbind(0), out)
+
+    self.assert_matches_eager(fn, write=2)
+
+  def test_split_and_its_base(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return (*out.split(1), out)
+
+    self.assert_matches_eager(fn, write=2)
+
+  def test_transpose_of_an_intermediate(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return out.t(), out
+
+    self.assert_matches_eager(fn, write=0)
+
+  def test_views_without_their_base(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return out[0], out.view(3, 2)[1:], out.view(-1)
+
+    self.assert_matches_eager(fn, write=2)
+
+  def test_intermediate_returned_twice(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return out, out
+
+    self.assert_matches_eager(fn, write=0)
+
+  def test_views_of_inputs_and_of_intermediates(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return x.view(-1), out.view(-1), out, x[0], out[1]
+
+    self.assert_matches_eager(fn, write=1)
+    self.assert_matches_eager(fn, write=0)
+
+  def test_two_intermediates(self):
+
+    def fn(x, w):
+      a = x.mul(w)
+      b = x.add(w)
+      return a.t(), b[0], a, b
+
+    self.assert_matches_eager(fn, write=2)
+    self.assert_matches_eager(fn, write=1)
+
+  def test_view_written_in_the_graph(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      v = out.view(-1)
+      v.add_(1)
+      return v, out, v.mul_(2)
+
+    self.assert_matches_eager(fn, write=1)
+
+  def test_detached_view_of_an_intermediate(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return out.detach().view(-1), out
+
+    self.assert_matches_eager(fn, write=0)
+
+  def test_in_place_view_ops_on_an_intermediate(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      out.t_()
+      d = out.detach()
+      out.unsqueeze_(0)
+      return d[0], out
+
+    self.assert_matches_eager(fn, write=0)
+
+  def test_outputs_that_need_no_computation(self):
+
+    def fn(x, w):
+      return x.detach(), x.view(-1)
+
+    def fn2(x, w):
+      return x.detach(), x * w
+
+    self.assert_matches_eager(fn, write=1)
+    self.assert_matches_eager(fn2, write=1)
+
+  def test_one_execution_and_no_recompilation(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return (*out.unbind(0), out)
+
+    compiled = torch.compile(fn, backend='openxla')
+    x, w = _inputs(torch_xla.device(), False)
+    with torch.no_grad():
+      compiled(x, w)
+      xm.wait_device_ops()
+      met.clear_all()
+      for _ in range(3):
+        outs = compiled(x, w)
+    xm.wait_device_ops()
+    # One execution per call; the views are taken lazily, as in eager.
+    self.assertEqual(met.metric_data('ExecuteTime')[0], 3)
+    self.assertNotIn('UncachedCompile', met.counter_names())
+    self.assertEqual(met.counter_value('DynamoExtractCompiledGraph'), None)
+    outs[2].add_(100)
+    self.assertTrue(torch.equal(outs[0].cpu(), outs[2][0].cpu()))
+
+  def test_detached_aliases_written_in_place_are_refused(self):
+
+    def fn(a, b):
+      a.mul_(2)
+      return b + 1
+
+    base = torch.arange(
+        12, dtype=torch.float32).reshape(4, 3).to(torch_xla.device())
+    with self.assertRaisesRegex(Exception,
+                                'share storage but are not views of one base'):
+      torch.compile(fn, backend='openxla')(base[:2].detach(), base[2:].detach())
+
+  def test_detached_aliases_only_read(self):
+
+    def fn(a, b):
+      return a + b
+
+    base = torch.arange(12, dtype=torch.float32).reshape(4, 3)
+    out = torch.compile(
+        fn, backend='openxla')(base.to(torch_xla.device())[:2].detach(),
+                               base.to(torch_xla.device())[2:].detach())
+    torch.testing.assert_close(out.cpu(), base[:2] + base[2:])
+
+  def test_can_be_turned_off(self):
+
+    def fn(x, w):
+      out = x.mul(w)
+      return out.view(-1), out
+
+    x, w = _inputs(torch_xla.device(), False)
+    dynamo_config.rebuild_aliased_outputs = False
+    try:
+      with torch.no_grad():
+        flat, out = torch.compile(fn, backend='openxla')(x, w)
+    finally:
+      dynamo_config.rebuild_aliased_outputs = True
+    flat.add_(100)
+    self.assertFalse(torch.equal(flat.cpu(), out.cpu().view(-1)))
+
+
+if __name__ == '__main__':
+  test = unittest.main()
+  sys.exit(0 if test.result.wasSuccessful() else 1)
