@@ -10,6 +10,13 @@ function, which donates it with dynamo_set_buffer_donor_):
         and passed in every step
   base  the cache itself, written through cache[0] and cache[1] inside
 
+With --layers L (default 1) a step writes L layers: `sep` has 2L tensors,
+`view` and `base` one allocation of shape (L, 2, ...), every layer's k and v
+views of it (`view`: taken once with unbind, `base`: cache[l, 0] inside).
+With --read, each layer reads 5 rows of its k and v back (index_select)
+after its writes and before the next layer's, as attention does; the step
+returns them.  `--layers 2 --read` is a decoder's one-allocation layout.
+
 Write patterns (4 tokens per step):
 
   index_copy0   vLLM: k_cache.flatten(0, 1).index_copy_(0, slots, k) on a
@@ -46,7 +53,7 @@ MIB = 1 << 20
 
 def cache_shape(pattern, mib):
   """Shape of one half (k or v) of a cache of `mib` MiB in total."""
-  elements = mib * MIB // 4 // 2
+  elements = int(mib * MIB) // 4 // 2
   if pattern in ('index_copy0', 'index_put'):
     return (elements // (BLOCK * HEADS * HEAD_DIM), BLOCK, HEADS, HEAD_DIM)
   return (1, HEADS, elements // (HEADS * HEAD_DIM), HEAD_DIM)
@@ -68,7 +75,7 @@ def make_write(pattern, pos):
   return write
 
 
-def child(mode, pattern, mib, steps, warmup):
+def child(mode, pattern, mib, steps, warmup, layers, read):
   import psutil
   import torch
   import torch_xla
@@ -76,7 +83,7 @@ def child(mode, pattern, mib, steps, warmup):
   import torch_xla.debug.metrics as met
 
   device = torch_xla.device()
-  half = cache_shape(pattern, mib)
+  half = cache_shape(pattern, mib / layers)
   if pattern in ('index_copy0', 'index_put'):
     x_shape = (TOKENS, HEADS, HEAD_DIM)
     rows = half[0] * BLOCK
@@ -88,24 +95,33 @@ def child(mode, pattern, mib, steps, warmup):
   write = make_write(pattern, pos)
   donate = torch.ops.xla.dynamo_set_buffer_donor_
 
-  def write_pair(k_cache, v_cache, k, v, index):
-    donate(k_cache, True)
-    donate(v_cache, True)
-    write(k_cache, k, index)
-    write(v_cache, v, index)
+  rows = torch.tensor([0, 1, 2, 3, 5]).to(device)
+
+  def write_layers(caches, k, v, index):
+    reads = []
+    for k_cache, v_cache in caches:
+      write(k_cache, k, index)
+      write(v_cache, v, index)
+      if read:
+        reads += [
+            c.flatten(0, -2).index_select(0, rows) for c in (k_cache, v_cache)
+        ]
+    return torch.stack(reads) if read else None
+
+  def write_pair(*args):
+    for cache in args[:-3]:
+      donate(cache, True)
+    return write_layers(list(zip(args[:-3:2], args[1:-3:2])), *args[-3:])
 
   def write_base(cache, k, v, index):
     donate(cache, True)
-    write(cache[0], k, index)
-    write(cache[1], v, index)
+    return write_layers([(layer[0], layer[1]) for layer in cache], k, v, index)
 
   if mode == 'sep':
-    k_cache = torch.zeros(half, device=device)
-    v_cache = torch.zeros(half, device=device)
-    tensors = [k_cache, v_cache]
+    tensors = [torch.zeros(half, device=device) for _ in range(2 * layers)]
   else:
-    cache = torch.zeros((2,) + half, device=device)
-    tensors = [cache]
+    cache = torch.zeros((layers, 2) + half, device=device)
+    tensors = [half for layer in cache for half in layer]
   k = torch.randn(x_shape).to(device)
   v = torch.randn(x_shape).to(device)
   index = index_cpu.to(device)
@@ -113,16 +129,11 @@ def child(mode, pattern, mib, steps, warmup):
   xm.wait_device_ops()
 
   if mode == 'base':
-    fn, args = torch.compile(write_base, backend='openxla'), lambda: (
-        cache, k, v, index)
-  elif mode == 'view':
-    # Taken once, as in the report (pytorch/xla#8832) and a serving loop.
-    k_view, v_view = cache
-    fn, args = torch.compile(write_pair, backend='openxla'), lambda: (
-        k_view, v_view, k, v, index)
-  else:
-    fn, args = torch.compile(write_pair, backend='openxla'), lambda: (
-        k_cache, v_cache, k, v, index)
+    fn, args = torch.compile(write_base,
+                             backend='openxla'), lambda: (cache, k, v, index)
+  else:  # view: taken once, as in the report (#8832) and a serving loop
+    fn, args = torch.compile(write_pair,
+                             backend='openxla'), lambda: (*tensors, k, v, index)
 
   def step():
     fn(*args())
@@ -144,34 +155,31 @@ def child(mode, pattern, mib, steps, warmup):
   executions = (met.metric_data('ExecuteTime') or [0])[0]
   compiles = (met.metric_data('CompileTime') or [0])[0] - compiles
 
-  # The rows written last must read back as k and v.
-  k_half = (tensors[0] if mode == 'sep' else cache[0]).cpu()
-  v_half = (tensors[1] if mode == 'sep' else cache[1]).cpu()
+  # The rows written last must read back as k and v (last layer's).
+  k_half, v_half = tensors[-2].cpu(), tensors[-1].cpu()
   if pattern in ('index_copy0', 'index_put'):
-    got_k, got_v = k_half.flatten(0, 1)[index_cpu], v_half.flatten(
-        0, 1)[index_cpu]
+    got_k, got_v = k_half.flatten(0, 1)[index_cpu], v_half.flatten(0,
+                                                                   1)[index_cpu]
   elif pattern == 'index_copy2':
     got_k, got_v = k_half[:, :, index_cpu], v_half[:, :, index_cpu]
   else:
-    got_k, got_v = (k_half[:, :, pos:pos + TOKENS],
-                    v_half[:, :, pos:pos + TOKENS])
+    got_k, got_v = (k_half[:, :, pos:pos + TOKENS], v_half[:, :,
+                                                           pos:pos + TOKENS])
   correct = torch.equal(got_k, k.cpu()) and torch.equal(got_v, v.cpu())
-  return dict(
-      median_ms=statistics.median(times) * 1e3,
-      executions_per_step=executions / steps,
-      compiles_after_warmup=compiles,
-      rss_growth_mib=(max(rss[1:]) - rss[1]) / MIB,
-      rss_mib=rss[-1] / MIB,
-      correct=correct)
+  return dict(median_ms=statistics.median(times) * 1e3,
+              executions_per_step=executions / steps,
+              compiles_after_warmup=compiles,
+              rss_growth_mib=(max(rss[1:]) - rss[1]) / MIB,
+              rss_mib=rss[-1] / MIB,
+              correct=correct)
 
 
-def run_one(mode, pattern, mib, steps, warmup, env):
+def run_one(mode, pattern, mib, args, env):
   cmd = [
       sys.executable, __file__, '--child', mode, pattern,
-      str(mib), '--steps',
-      str(steps), '--warmup',
-      str(warmup)
-  ]
+      str(mib), f'--steps={args.steps}', f'--warmup={args.warmup}',
+      f'--layers={args.layers}'
+  ] + ['--read'] * args.read
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
   row = dict(mode=mode, pattern=pattern, mib=mib)
   for line in proc.stdout.splitlines():
@@ -183,16 +191,20 @@ def run_one(mode, pattern, mib, steps, warmup, env):
 
 def print_table(rows, before=None):
   before = {(r['mode'], r['pattern'], r['mib']): r for r in before or []}
-  header = ['pattern', 'mode', 'MiB', 'before ms', 'ms', 'exec/step',
-            'compiles', 'rss +MiB', 'check']
+  header = [
+      'pattern', 'mode', 'MiB', 'before ms', 'ms', 'exec/step', 'compiles',
+      'rss +MiB', 'check'
+  ]
   lines = [header]
   for r in rows:
     b = before.get((r['mode'], r['pattern'], r['mib']))
     b_ms = ('-' if b is None else
             f"{b['median_ms']:.2f}" if 'median_ms' in b else 'crash')
     if 'error' in r:
-      lines.append([r['pattern'], r['mode'], str(r['mib']), b_ms, 'crash',
-                    '', '', '', r['error'][:40]])
+      lines.append([
+          r['pattern'], r['mode'],
+          str(r['mib']), b_ms, 'crash', '', '', '', r['error'][:40]
+      ])
       continue
     lines.append([
         r['pattern'], r['mode'],
@@ -210,24 +222,32 @@ def plot(rows, before, path):
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
-  fig, axes = plt.subplots(1, len(PATTERNS), figsize=(4.2 * len(PATTERNS), 4),
+  fig, axes = plt.subplots(1,
+                           len(PATTERNS),
+                           figsize=(4.2 * len(PATTERNS), 4),
                            sharey=True)
   colors = dict(sep='tab:green', view='tab:blue', base='tab:orange')
   for ax, pattern in zip(axes, PATTERNS):
-    for label, data, style in (('before', before or [], '--'),
-                               ('after', rows, '-')):
+    for label, data, style in (('before', before or
+                                [], '--'), ('after', rows, '-')):
       for mode in MODES:
         pts = sorted((r['mib'], r['median_ms'])
                      for r in data
                      if r['mode'] == mode and r['pattern'] == pattern and
                      'median_ms' in r)
-        crashed = any(r['mode'] == mode and r['pattern'] == pattern and
-                      'error' in r for r in data)
+        crashed = any(
+            r['mode'] == mode and r['pattern'] == pattern and 'error' in r
+            for r in data)
         if pts:
-          ax.plot(*zip(*pts), style, marker='o', color=colors[mode],
+          ax.plot(*zip(*pts),
+                  style,
+                  marker='o',
+                  color=colors[mode],
                   label=f'{mode} ({label})')
         elif crashed:
-          ax.plot([], [], style, color=colors[mode],
+          ax.plot([], [],
+                  style,
+                  color=colors[mode],
                   label=f'{mode} ({label}): crashed')
     ax.set_xscale('log')
     ax.set_yscale('log')
@@ -245,22 +265,29 @@ def plot(rows, before, path):
 def main():
   parser = argparse.ArgumentParser(
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--sizes', default='4,16,64,256',
+  parser.add_argument('--sizes',
+                      default='4,16,64,256',
                       help='cache sizes in MiB, comma separated')
   parser.add_argument('--modes', default=','.join(MODES))
   parser.add_argument('--patterns', default=','.join(PATTERNS))
   parser.add_argument('--steps', type=int, default=100)
   parser.add_argument('--warmup', type=int, default=3)
+  parser.add_argument('--layers', type=int, default=1, help='layers a step')
+  parser.add_argument('--read',
+                      action='store_true',
+                      help="read each layer's rows back after its writes")
   parser.add_argument('--json', help='write the results here')
   parser.add_argument('--before', help='results of a run without the series')
   parser.add_argument('--plot', help='write a PNG plot here')
-  parser.add_argument('--results', metavar='JSON',
+  parser.add_argument('--results',
+                      metavar='JSON',
                       help='print and plot these saved results, run nothing')
   parser.add_argument('--child', nargs=3, help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
     mode, pattern, mib = args.child
-    result = child(mode, pattern, int(mib), args.steps, args.warmup)
+    result = child(mode, pattern, int(mib), args.steps, args.warmup,
+                   args.layers, args.read)
     print('RESULT ' + json.dumps(result), flush=True)
     return 0
 
@@ -273,7 +300,7 @@ def main():
   for pattern in [] if args.results else args.patterns.split(','):
     for mode in args.modes.split(','):
       for mib in [int(s) for s in args.sizes.split(',')]:
-        row = run_one(mode, pattern, mib, args.steps, args.warmup, env)
+        row = run_one(mode, pattern, mib, args, env)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
   before = None
@@ -283,7 +310,8 @@ def main():
   if not args.results:
     import torch_xla
     print(f'torch_xla from {os.path.dirname(torch_xla.__file__)}; '
-          f'{args.steps} steps after {args.warmup} warm-up steps')
+          f'{args.steps} steps after {args.warmup} warm-up steps, '
+          f'{args.layers} layer(s){", reads between" if args.read else ""}')
   print_table(rows, before)
   if args.json:
     with open(args.json, 'w') as f:

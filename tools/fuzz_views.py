@@ -6,10 +6,10 @@ them (select, narrow, unbind, transpose, flatten, view, t), passes some views
 (and sometimes a base, or the same view twice) to a compiled function that
 mutates them in place (add_, mul_, fill_, copy_, index_copy_, index_put_,
 slice and tensor-key assignment), may mark them with
-dynamo_set_buffer_donor_, returns nothing, a reduction or a view, and runs
-for a few steps with eager mutations and reads in between.  After every step
-every tensor (bases, views, clones, outputs) is compared with the same
-program run eagerly on the CPU.  Families of programs, each chosen per
+dynamo_set_buffer_donor_, returns nothing, a reduction, a view or several,
+and runs for a few steps with eager mutations and reads in between.  After
+every step every tensor (bases, views, clones, all outputs, as out{step}_{i})
+is compared with the same program run eagerly on the CPU.  Families of programs, each chosen per
 program by the seed (--families picks which may be chosen):
   rows    whole-row writes, which the bridge does in place: KV caches (4-D
           or 5-D paged caches, a (2, 1, H, S, D) static cache) whose K/V
@@ -29,7 +29,13 @@ program by the seed (--families picks which may be chosen):
           drops them itself (`in_range`);
   grad    fn computes a loss from a weight that requires grad and does its
           writes under torch.no_grad() (BatchNorm's running stats); the loss
-          is backpropagated and w.grad compared too.
+          is backpropagated and w.grad compared too;
+  outputs fn also returns views of intermediates (`out0 = v0.mul(2)`):
+          `out0.view(-1), out0`, `*out0.unbind(0)`, `out0.t()`, an
+          intermediate twice, views of inputs, sometimes under grad with
+          intermediates of the loss's `y`; after each call one output is
+          written in place (`outs[k].add_(1)`), which must show in the
+          outputs and inputs it aliases, as in eager.
 
 Every program is a standalone Python script: a failure is printed as that
 script, shrunk to the fewest statements that still fail the same way.
@@ -101,16 +107,20 @@ def compare(step, xla, cpu):
           f'MISMATCH after {step}: {name} differs from CPU eager ({diff})')
 
 
-def call(f, state):
+def call(f, state, step):
   for name in STATIC:
     globals()[name] = state[name]
     setattr(model, name, state[name])
   with torch.enable_grad() if GRAD else contextlib.nullcontext():
     out = f(*[state[n] for n in ARGS])
+  outs = out if isinstance(out, tuple) else () if out is None else (out,)
   if GRAD:
-    out.backward()
+    outs[0].backward()
     state['w_grad'] = state['w'].grad
-  return out
+  with torch.no_grad():
+    after(outs)
+  for i, out in enumerate(outs):
+    state[f'out{step}_{i}'] = out
 
 
 def reference(f, *args):
@@ -125,8 +135,8 @@ def run():
   compiled = torch.compile(fn, backend='openxla')
   for step, kind in enumerate(STEPS):
     if kind == 'compiled':
-      cpu[f'out{step}'] = reference(call, fn, cpu)
-      xla[f'out{step}'] = call(compiled, xla)
+      reference(call, fn, cpu, step)
+      call(compiled, xla, step)
     else:
       reference(eager, cpu)
       eager(xla)
@@ -141,7 +151,7 @@ if __name__ == '__main__':
 '''
 
 # The families of programs that --families can leave out (see the docstring).
-FAMILIES = ('rows', 'static', 'meta', 'index', 'grad')
+FAMILIES = ('rows', 'static', 'meta', 'index', 'grad', 'outputs')
 
 # Whole-row writes into KV caches: (kind, base shape, the row dim of a view).
 CACHES = (
@@ -219,6 +229,9 @@ class Program:
               f"t['read'] = t['{name}'] * 2"
           ]))
       self.setup.append('read = None')
+    self.after = []  # statements of after(outs), run after each call
+    if self._chance(rng, 'outputs', 0.4):  # last: other seeds keep their draws
+      self._outputs(rng)
 
   def _chance(self, rng, family, p):
     """True with probability `p` if `family` is on."""
@@ -347,6 +360,7 @@ class Program:
   def _grad(self, rng):
     """A loss from a weight that requires grad; the writes under no_grad."""
     r, n, m = (rng.randint(2, 4) for _ in range(3))
+    self.shapes.update(w=(n, m), x_w=(r, n), y=(r, m))
     self.setup += [
         f'w = values({n}, {m}).to(device).requires_grad_()',
         f'x_w = values({r}, {n}).to(device)'
@@ -365,6 +379,61 @@ class Program:
       self.body.append(f'with torch.no_grad(): {name}.mul_(0.9).add_('
                        f'y.mean() * 0.1)')
     self.body.append('return (y * y).mean()')
+
+  def _outputs(self, rng):
+    """fn also returns views of intermediates and of inputs; after(outs)
+    writes one of the outputs in place."""
+    if not self.grad and rng.random() < 0.3:
+      self.grad = True
+      self._grad(rng)
+    returns = bool(self.body) and self.body[-1].startswith('return ')
+    outs = [self.body.pop()[len('return '):]] if returns else []
+    count = len(outs)
+    sources = [
+        p for p in self.params
+        if not p.startswith('index') and self.shapes.get(p) and
+        p.replace('_again', '') not in self.other_shape
+    ] + (['y'] * 2 if self.grad else [])
+    if not sources:
+      return
+    views = []  # (expression, how many outputs it gives)
+    for j in range(rng.randint(1, 2)):
+      src = rng.choice(sources)
+      shape = self.shapes[src]
+      out = f'out{j}'
+      self.body.insert(
+          rng.randint(int(self.grad and src == 'y'), len(self.body)),
+          f'{out} = ' + rng.choice(
+              ('{}.mul(2)', '{} + 1', '{}.clone()')).format(src))
+      if src not in ('w', 'y') and rng.random() < 0.3 and (
+          f'DONATE({src}, True)' not in self.body):
+        self.body.insert(0, f'DONATE({src}, True)')
+      kinds = ['itself', 'first', 'unbind', 'split', 't', 'unsqueeze']
+      if re.match(r'(base\d|x_\w+|w|y)$', src.replace('_again', '')):
+        kinds += ['view', 'view']  # contiguous: view(-1) is a view
+      for _ in range(rng.randint(1, 3)):
+        kind = rng.choice(kinds)
+        views.append({
+            'itself': (out, 1),
+            'first': (f'{out}[0]', 1),
+            'unbind': (f'*{out}.unbind(0)', shape[0]),
+            'split': (f'*{out}.split(1)', shape[0]),
+            't': (f'{out}.t()' if len(shape) <= 2 else
+                  f'{out}.transpose(0, -1)', 1),
+            'unsqueeze': (f'{out}.unsqueeze(0)', 1),
+            'view': (f'{out}.view(-1)', 1),
+        }[kind])
+    if rng.random() < 0.4:  # a view of an input (or the input) too
+      src = rng.choice([s for s in sources if s != 'y'] or sources)
+      views.append((rng.choice(
+          (src, f'{src}[0]', f'{src}.unsqueeze(0)')), 1))
+    rng.shuffle(views)
+    outs += [expr for expr, _ in views]
+    count += sum(n for _, n in views)
+    self.body.append('return ' + ', '.join(outs) + (',' if len(outs) == 1 else
+                                                     ''))
+    self.after.append(f'outs[{rng.randrange(count)}].' + rng.choice(
+        ('add_(1)', 'mul_(-2)', 'fill_(0.5)')))
 
   @staticmethod
   def _toggle(rng, shape):
@@ -537,8 +606,10 @@ class Program:
     return (f'i, s = in_range({view}, {dim}, {index}, {src}); ' +
             write.format('i', 's'))
 
-  def script(self, setup=None, body=None, eager=None, steps=None):
+  def script(self, setup=None, body=None, eager=None, steps=None,
+             after=None):
     setup = self.setup if setup is None else setup
+    after = self.after if after is None else after
     body = self.body if body is None else body
     eager = self.eager if eager is None else eager
     steps = self.steps if steps is None else steps
@@ -555,6 +626,8 @@ class Program:
     lines += [f'  {s}' for s in body] or ['  pass']
     lines += ['', '', 'def eager(t):']
     lines += [f'  {s}' for s in eager] or ['  pass']
+    lines += ['', '', 'def after(outs):']
+    lines += [f'  {s}' for s in after] or ['  pass']
     lines += ['', '', f'ARGS = {self.args!r}', f'STATIC = {self.static!r}',
               f'GRAD = {self.grad!r}', f'STEPS = {steps!r}']
     return '\n'.join(lines) + MAIN
@@ -718,11 +791,12 @@ def shrink(program, target, run, budget=60):
   """Drops statements while the script still fails the same way (`target`,
   from same_failure()) when given to `run`."""
   parts = dict(setup=list(program.setup), body=list(program.body),
-               eager=list(program.eager), steps=list(program.steps))
+               eager=list(program.eager), steps=list(program.steps),
+               after=list(program.after))
   progress = True
   while progress and budget > 0:
     progress = False
-    for key in ('body', 'eager', 'steps', 'setup'):
+    for key in ('body', 'eager', 'after', 'steps', 'setup'):
       i = 0
       while i < len(parts[key]) and budget > 0:
         trial = dict(parts, **{key: parts[key][:i] + parts[key][i + 1:]})
