@@ -222,12 +222,15 @@ def plot(rows, before, path):
   import matplotlib
   matplotlib.use('Agg')
   import matplotlib.pyplot as plt
+  patterns = [p for p in PATTERNS if any(r['pattern'] == p for r in rows)]
   fig, axes = plt.subplots(1,
-                           len(PATTERNS),
-                           figsize=(4.2 * len(PATTERNS), 4),
-                           sharey=True)
+                           len(patterns),
+                           figsize=(4.2 * len(patterns) + 1, 4),
+                           sharey=True,
+                           squeeze=False)
+  axes = axes[0]
   colors = dict(sep='tab:green', view='tab:blue', base='tab:orange')
-  for ax, pattern in zip(axes, PATTERNS):
+  for ax, pattern in zip(axes, patterns):
     for label, data, style in (('before', before or
                                 [], '--'), ('after', rows, '-')):
       for mode in MODES:
@@ -256,8 +259,8 @@ def plot(rows, before, path):
     ax.grid(True, which='both', alpha=0.3)
   axes[0].set_ylabel('median step time (ms)')
   axes[-1].legend(fontsize=7)
-  fig.suptitle('KV-cache write through donated views, torch_xla 2.9.0, '
-               'PJRT CPU (before: stock, after: series)')
+  fig.suptitle('KV-cache writes through donated views\ntorch_xla 2.9.0, PJRT '
+               'CPU (before: stock, after: series)')
   fig.tight_layout()
   fig.savefig(path, dpi=100)
 

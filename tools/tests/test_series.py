@@ -1,10 +1,17 @@
 """The real series (patches/) and its tests (test/), through apply_and_test.sh
-on the default checkout, built from the wheel."""
+on the default checkout, built from the wheel; the series with git am on a
+real checkout (XLA_CHECKOUT) and the PyTorch series on the installed torch."""
 
 import glob
+import os
 import re
+import shutil
 
-from conftest import REPO_ROOT
+import pytest
+
+import series_lib
+from conftest import REPO_ROOT, XLA_CHECKOUT, needs_xla_checkout
+from series_lib import git
 
 
 def test_real_series_passes_its_tests_on_the_wheel_checkout(tools):
@@ -14,3 +21,38 @@ def test_real_series_passes_its_tests_on_the_wheel_checkout(tools):
       glob.glob("test/**/test_*.py", root_dir=REPO_ROOT, recursive=True))
   assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1]), p.stdout
   assert p.returncode == 0
+
+
+@needs_xla_checkout
+@pytest.mark.parametrize("base", ["v2.9.0", "origin/master"])
+def test_real_series_applies_with_git_am(tmp_path, base):
+  # Each patch applies in order to the tag and to master's tip of the clone
+  # in XLA_CHECKOUT (fetch it first to test today's master).
+  work = str(tmp_path / "xla")
+  git(".", "clone", "-q", "--shared", XLA_CHECKOUT, work)
+  git(work, "checkout", "-q", "--detach", base)
+  patches = series_lib.read_series(os.path.join(REPO_ROOT, "patches"))
+  git(work, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q",
+      "--keep-non-patch", *patches)
+  assert len(git(work, "rev-list", f"{base}..HEAD").split()) == len(patches)
+
+
+def test_pytorch_series_applies_to_the_installed_torch(tmp_path):
+  # The PyTorch series against the installed torch 2.9.0's files, as
+  # apply_and_test.sh applies it (the real PyTorch tree holds the same files).
+  import torch
+  installed = os.path.dirname(os.path.dirname(torch.__file__))
+  patches = series_lib.read_series(os.path.join(REPO_ROOT, "patches/pytorch"))
+  work = str(tmp_path / "torch")
+  os.makedirs(work)
+  git(work, "init", "-q")
+  for patch in patches:
+    for path, _ in series_lib.file_diffs(patch):
+      if os.path.exists(os.path.join(installed, path)):
+        os.makedirs(os.path.dirname(os.path.join(work, path)), exist_ok=True)
+        shutil.copyfile(os.path.join(installed, path), os.path.join(work, path))
+  git(work, "add", "-A")
+  git(work, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m",
+      "installed torch")
+  git(work, "-c", "user.name=t", "-c", "user.email=t@t", "am", "-q",
+      "--keep-non-patch", *patches)
