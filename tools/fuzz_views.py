@@ -202,7 +202,8 @@ class Program:
     self.steps = ['compiled'] * rng.randint(1, 3)
     if toggle_in_fn and toggled in self.params:  # each call undoes the last
       returns = bool(self.body) and self.body[-1].startswith('return ')
-      self.body.insert(rng.randint(0, len(self.body) - returns),
+      self.body.insert(rng.randint(0,
+                                   len(self.body) - returns),
                        toggle.format(toggled))
       self.steps = ['compiled'] * rng.randint(2, 3)
       toggle = None
@@ -216,8 +217,8 @@ class Program:
         ]
     if toggle:
       self.eager.append(toggle.format(f"t['{toggled}']"))
-      self.steps = ['compiled', 'eager', 'compiled'] + (
-          ['eager', 'compiled'] if rng.random() < 0.5 else [])
+      self.steps = ['compiled', 'eager', 'compiled'
+                   ] + (['eager', 'compiled'] if rng.random() < 0.5 else [])
     if rng.random() < 0.6:  # an eager write or read
       if 'eager' not in self.steps:
         self.steps.insert(rng.randint(1, len(self.steps)), 'eager')
@@ -266,8 +267,8 @@ class Program:
     self.setup.append(f'base0 = values{shape}.to(device)')
     self.shapes['base0'] = shape
     picks = rng.choice(([0, 1], [0, 1], [0], [1]))
-    how = rng.choice(('base0[{}]', 'base0.unbind(0)[{}]',
-                      'base0.select(0, {})'))
+    how = rng.choice(
+        ('base0[{}]', 'base0.unbind(0)[{}]', 'base0.select(0, {})'))
     for v in picks:
       self._add_view(f'v{v}', how.format(v), shape[1:], True)
     return ['base0']
@@ -354,8 +355,8 @@ class Program:
       self.body.append('return ' + ' + '.join(f'{a}.sum()' for a in targets))
     elif ret < 0.5:
       name = rng.choice(targets)
-      self.body.append(f'return {name}[0]' if self.shapes[name] else
-                       f'return {name}')
+      self.body.append(
+          f'return {name}[0]' if self.shapes[name] else f'return {name}')
 
   def _grad(self, rng):
     """A loss from a weight that requires grad; the writes under no_grad."""
@@ -390,9 +391,8 @@ class Program:
     outs = [self.body.pop()[len('return '):]] if returns else []
     count = len(outs)
     sources = [
-        p for p in self.params
-        if not p.startswith('index') and self.shapes.get(p) and
-        p.replace('_again', '') not in self.other_shape
+        p for p in self.params if not p.startswith('index') and
+        self.shapes.get(p) and p.replace('_again', '') not in self.other_shape
     ] + (['y'] * 2 if self.grad else [])
     if not sources:
       return
@@ -405,8 +405,9 @@ class Program:
           rng.randint(int(self.grad and src == 'y'), len(self.body)),
           f'{out} = ' + rng.choice(
               ('{}.mul(2)', '{} + 1', '{}.clone()')).format(src))
-      if src not in ('w', 'y') and rng.random() < 0.3 and (
-          f'DONATE({src}, True)' not in self.body):
+      if src not in ('w',
+                     'y') and rng.random() < 0.3 and (f'DONATE({src}, True)'
+                                                      not in self.body):
         self.body.insert(0, f'DONATE({src}, True)')
       kinds = ['itself', 'first', 'unbind', 'split', 't', 'unsqueeze']
       if re.match(r'(base\d|x_\w+|w|y)$', src.replace('_again', '')):
@@ -418,22 +419,29 @@ class Program:
             'first': (f'{out}[0]', 1),
             'unbind': (f'*{out}.unbind(0)', shape[0]),
             'split': (f'*{out}.split(1)', shape[0]),
-            't': (f'{out}.t()' if len(shape) <= 2 else
-                  f'{out}.transpose(0, -1)', 1),
+            't':
+                (f'{out}.t()' if len(shape) <= 2 else f'{out}.transpose(0, -1)',
+                 1),
             'unsqueeze': (f'{out}.unsqueeze(0)', 1),
             'view': (f'{out}.view(-1)', 1),
         }[kind])
     if rng.random() < 0.4:  # a view of an input (or the input) too
       src = rng.choice([s for s in sources if s != 'y'] or sources)
-      views.append((rng.choice(
-          (src, f'{src}[0]', f'{src}.unsqueeze(0)')), 1))
+      views.append((rng.choice((src, f'{src}[0]', f'{src}.unsqueeze(0)')), 1))
     rng.shuffle(views)
     outs += [expr for expr, _ in views]
     count += sum(n for _, n in views)
-    self.body.append('return ' + ', '.join(outs) + (',' if len(outs) == 1 else
-                                                     ''))
-    self.after.append(f'outs[{rng.randrange(count)}].' + rng.choice(
-        ('add_(1)', 'mul_(-2)', 'fill_(0.5)')))
+    self.body.append('return ' + ', '.join(outs) +
+                     (',' if len(outs) == 1 else ''))
+    self.after.append(f'outs[{rng.randrange(count)}].' +
+                      rng.choice(('add_(1)', 'mul_(-2)', 'fill_(0.5)')))
+    # fn writes what it donates, as upstream's donation asks: XLA may give
+    # the buffer of a donated input that fn does not write to an output of
+    # its shape, and the input is then deleted.
+    for i in reversed(range(len(self.body))):
+      donated = re.match(r'DONATE\((\w+), True\)$', self.body[i])
+      if donated:
+        self.body.insert(i + 1, f'{donated.group(1)}.add_(0.0)')
 
   @staticmethod
   def _toggle(rng, shape):
@@ -474,8 +482,8 @@ class Program:
       expr = ('{}.select({}, {})' if kind == 'select' else '{}.unbind({})[{}]')
       new_shape = shape[:dim] + shape[dim + 1:]
       keeps = all(s == 1 for s in shape[:dim])
-      return lambda e, s, c: (expr.format(e, dim, index), new_shape, c and
-                              keeps)
+      return lambda e, s, c: (expr.format(e, dim, index), new_shape, c and keeps
+                             )
     if kind == 'narrow':
       length = rng.randint(1, shape[dim])
       start = rng.randint(0, shape[dim] - length)
@@ -542,8 +550,8 @@ class Program:
     if kind == 'slots':  # vLLM: key_cache.flatten(0, 1).index_copy_(0, ...)
       flat = f'{name}.flatten(0, 1)'
       index = self._index(rng, name, shape[0] * shape[1], True)
-      return self._indexed(f'{flat}.index_copy_(0, {{}}, {{}})', flat, 0,
-                           index, f'{src}.flatten(0, 1)[:{{}}] * 2')
+      return self._indexed(f'{flat}.index_copy_(0, {{}}, {{}})', flat, 0, index,
+                           f'{src}.flatten(0, 1)[:{{}}] * 2')
     dim = (self.row_dim if self.row_dim is not None and rng.random() < 0.7 and
            self.row_dim < len(shape) else rng.randrange(len(shape)))
     if kind.startswith('slice'):  # c[:, :, p:p+n] = k, or its copy_
@@ -558,8 +566,8 @@ class Program:
       dim = 0
     index = self._index(rng, name, shape[dim], kind == 'index_copy')
     if kind == 'index_put':
-      return self._indexed(f'{name}.index_put_(({{}},), {{}})', name, 0,
-                           index, f'{src}[:{{}}] - 2')
+      return self._indexed(f'{name}.index_put_(({{}},), {{}})', name, 0, index,
+                           f'{src}[:{{}}] - 2')
     if kind == 'setitem_index':
       return self._indexed(f'{name}[{{}}] = {{}}', name, 0, index,
                            f'{src}[:{{}}] + 3')
@@ -606,8 +614,7 @@ class Program:
     return (f'i, s = in_range({view}, {dim}, {index}, {src}); ' +
             write.format('i', 's'))
 
-  def script(self, setup=None, body=None, eager=None, steps=None,
-             after=None):
+  def script(self, setup=None, body=None, eager=None, steps=None, after=None):
     setup = self.setup if setup is None else setup
     after = self.after if after is None else after
     body = self.body if body is None else body
@@ -617,7 +624,8 @@ class Program:
     lines = [
         f'# fuzz_views.py program, seed {self.seed}' +
         ('' if self.families == FAMILIES else
-         f' (--families "{",".join(self.families)}")'), HARNESS.strip(), ''
+         f' (--families "{",".join(self.families)}")'),
+        HARNESS.strip(), ''
     ]
     lines += ['', 'def setup(device):']
     lines += [f'  {s}' for s in setup]
@@ -628,8 +636,10 @@ class Program:
     lines += [f'  {s}' for s in eager] or ['  pass']
     lines += ['', '', 'def after(outs):']
     lines += [f'  {s}' for s in after] or ['  pass']
-    lines += ['', '', f'ARGS = {self.args!r}', f'STATIC = {self.static!r}',
-              f'GRAD = {self.grad!r}', f'STEPS = {steps!r}']
+    lines += [
+        '', '', f'ARGS = {self.args!r}', f'STATIC = {self.static!r}',
+        f'GRAD = {self.grad!r}', f'STEPS = {steps!r}'
+    ]
     return '\n'.join(lines) + MAIN
 
 
@@ -699,8 +709,9 @@ def child(seeds, families):
     print(f'START {seed}', flush=True)
     outcome, detail = run_source(
         Program(seed, families).script(), f'fuzz_views_{seed}')
-    print('RESULT ' + json.dumps(dict(seed=seed, outcome=outcome,
-                                      detail=detail)), flush=True)
+    print('RESULT ' +
+          json.dumps(dict(seed=seed, outcome=outcome, detail=detail)),
+          flush=True)
 
 
 def worker():
@@ -718,11 +729,13 @@ def run_batches(seeds, families, batch, jobs, env):
   while pending or running:
     while pending and len(running) < jobs:
       chunk = pending.popleft()
-      proc = subprocess.Popen(
-          [sys.executable, __file__, '--families', ','.join(families),
-           '--child'] + [str(s) for s in chunk],
-          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-          env=env)
+      proc = subprocess.Popen([
+          sys.executable, __file__, '--families', ','.join(families), '--child'
+      ] + [str(s) for s in chunk],
+                              stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL,
+                              text=True,
+                              env=env)
       running.append((proc, chunk))
     proc, chunk = running.pop(0)
     out, _ = proc.communicate()
@@ -734,7 +747,8 @@ def run_batches(seeds, families, batch, jobs, env):
         yield result
     left = [s for s in chunk if s not in done]
     if left:  # the child died while running left[0]
-      yield dict(seed=left[0], outcome='dead',
+      yield dict(seed=left[0],
+                 outcome='dead',
                  detail=f'child exited with status {proc.returncode}')
       if left[1:]:
         pending.appendleft(left[1:])
@@ -743,8 +757,11 @@ def run_batches(seeds, families, batch, jobs, env):
 def run_script(source, env):
   """same_failure() of a run of `source` alone, in a new process."""
   try:
-    proc = subprocess.run([sys.executable, '-c', source], capture_output=True,
-                          text=True, env=env, timeout=600)
+    proc = subprocess.run([sys.executable, '-c', source],
+                          capture_output=True,
+                          text=True,
+                          env=env,
+                          timeout=600)
   except subprocess.TimeoutExpired:
     return 'timeout'
   if proc.returncode == 0:
@@ -767,7 +784,8 @@ class Worker:
       self.proc = subprocess.Popen([sys.executable, __file__, '--worker'],
                                    stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, bufsize=0,
+                                   stderr=subprocess.DEVNULL,
+                                   bufsize=0,
                                    env=self.env)
     self.proc.stdin.write(json.dumps(source).encode() + b'\n')
     while select.select([self.proc.stdout], [], [], timeout)[0]:
@@ -790,8 +808,10 @@ class Worker:
 def shrink(program, target, run, budget=60):
   """Drops statements while the script still fails the same way (`target`,
   from same_failure()) when given to `run`."""
-  parts = dict(setup=list(program.setup), body=list(program.body),
-               eager=list(program.eager), steps=list(program.steps),
+  parts = dict(setup=list(program.setup),
+               body=list(program.body),
+               eager=list(program.eager),
+               steps=list(program.steps),
                after=list(program.after))
   progress = True
   while progress and budget > 0:
@@ -818,21 +838,31 @@ def main():
   parser.add_argument('--count', type=int, default=100, help='programs')
   parser.add_argument('--long', action='store_true', help='1000 programs')
   parser.add_argument('--jobs', type=int, default=2, help='child processes')
-  parser.add_argument('--batch', type=int, default=25,
+  parser.add_argument('--batch',
+                      type=int,
+                      default=25,
                       help='programs per child process')
-  parser.add_argument('--show', type=int, metavar='SEED',
+  parser.add_argument('--show',
+                      type=int,
+                      metavar='SEED',
                       help='print the script of one program and exit')
-  parser.add_argument('--no-shrink', action='store_true',
+  parser.add_argument('--no-shrink',
+                      action='store_true',
                       help='print failing programs unshrunk')
-  parser.add_argument('--max-reports', type=int, default=5,
+  parser.add_argument('--max-reports',
+                      type=int,
+                      default=5,
                       help='reproducers to print per outcome')
-  parser.add_argument('--unsupported', action='store_true',
+  parser.add_argument('--unsupported',
+                      action='store_true',
                       help='print reproducers of unsupported programs too')
-  parser.add_argument('--families', default=','.join(FAMILIES),
+  parser.add_argument('--families',
+                      default=','.join(FAMILIES),
                       help='the families that programs may have, of '
                       f'{",".join(FAMILIES)} (default: all; "" for none)')
   parser.add_argument('--json', help='write the results to this file')
-  parser.add_argument('--save', metavar='DIR',
+  parser.add_argument('--save',
+                      metavar='DIR',
                       help='write each reproducer to DIR/fuzz_fail_SEED.py')
   parser.add_argument('--child', nargs='+', type=int, help=argparse.SUPPRESS)
   parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
