@@ -202,6 +202,26 @@ class OutputAliasingTest(parameterized.TestCase):
       for got, want in zip(list(outs) + [x], list(expected) + [x.cpu()]):
         torch.testing.assert_close(got.cpu(), want)
 
+  def test_clone_of_a_written_input(self):
+    # `x.clone()` has the XLA value of `x`'s update: both are outputs of the
+    # computation, and the other mutated input gets its own.
+    def fn(x, w):
+      with torch.no_grad():
+        x.add_(1)
+        w[1:].copy_(x[0, 1:] * -1)
+      out = x.clone()
+      return out * w, out
+
+    self.assert_matches_eager(fn, write=1)
+
+  def test_clone_of_an_activation_beside_a_loss(self):
+
+    def fn(x, w):
+      y = x * w
+      return (y * y).mean(), y.clone()
+
+    self.assert_matches_eager(fn, write=1)
+
   def test_one_execution_and_no_recompilation(self):
 
     def fn(x, w):
