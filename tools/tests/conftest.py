@@ -85,7 +85,8 @@ def tools(tmp_path_factory):
 def wheel_checkout(tools):
   """The checkout built from the wheel, where apply_and_test.sh expects it."""
   path = os.path.join(tools.cache, "wheel-checkout")
-  apply_and_test.build_wheel_checkout(path)
+  if not os.path.isdir(path):  # a test's apply_and_test.sh may have built it
+    apply_and_test.build_wheel_checkout(path)
   return path
 
 
