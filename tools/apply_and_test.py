@@ -17,9 +17,10 @@ PYTHONPATH=<checkout> makes `import torch_xla` load the checkout.
 Test: each test/**/test_*.py of this repository (the series' own; from the
 checkout, or from this repository with --unpatched) and, on a real checkout,
 upstream's regression files (REGRESSION_FILES), as test/run_tests.sh runs
-them: from the checkout root, PJRT_DEVICE=CPU CPU_NUM_DEVICES=1 (4 under
-test/spmd/, as run_test_multi_devices), PYTHONPATH=<checkout>:<checkout>/test,
-under pytest, whose JUnit XML (<cache>/logs/) gives each test's outcome.
+them: from the checkout root, PJRT_DEVICE=CPU CPU_NUM_DEVICES=1 (4 for the
+series' test/spmd/ files, as run_test_multi_devices),
+PYTHONPATH=<checkout>:<checkout>/test, under pytest, whose JUnit XML
+(<cache>/logs/) gives each test's outcome.
 On a real checkout, the upstream files with failures are rerun without the
 series (a worktree at v2.9.0, <cache>/unpatched/): a test failing there too
 is pre-existing, listed but not counted.  stdout gets a table per file and a
@@ -330,7 +331,10 @@ def run_file(root, rel, path, logs, overlay=None):
   pytest_as_script.py), whose report goes to LOGS, with OVERLAY (the PyTorch
   series' torch) first on PYTHONPATH; returns (exit status, outcomes)."""
   xml = f"{logs}/{rel.replace('/', '_')}.xml"
-  devices = "4" if rel.startswith("test/spmd/") else "1"
+  # run_tests.sh runs the series' test/spmd files with run_test_multi_devices
+  # and upstream's test_dynamo_spmd.py with run_test.
+  devices = "4" if rel.startswith(
+      "test/spmd/") and rel not in REGRESSION_FILES else "1"
   env = dict(os.environ,
              PJRT_DEVICE="CPU",
              CPU_NUM_DEVICES=devices,
