@@ -76,6 +76,11 @@ class Tools:
     return self.run("apply_and_test.sh", *args, **kwargs)
 
 
+def pytest_collection_modifyitems(items):
+  # The slow tests first, so that the workers (-n 2 in setup.cfg) end together.
+  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def tools(tmp_path_factory):
   return Tools(str(tmp_path_factory.mktemp("cache")))

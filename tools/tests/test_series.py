@@ -14,6 +14,7 @@ from conftest import REPO_ROOT, XLA_CHECKOUT, needs_xla_checkout
 from series_lib import git
 
 
+@pytest.mark.slow
 def test_real_series_passes_its_tests_on_the_wheel_checkout(tools):
   p = tools.run("apply_and_test.sh")
   lines = p.stdout.splitlines()
