@@ -144,6 +144,37 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     # the CPU inside run_steps).
     self.run_steps(pattern, mode, layers=3, steps=3)
 
+  def test_function_per_layer_lifts_each_layer_once(self):
+    # One compiled function called on each layer's view of one donated cache,
+    # as a per-layer attention is: each layer's layout is lifted and compiled
+    # once; after that a call is one execution, with no lifting.
+    layers = 32
+
+    def write_layer(layer_cache, k, index):
+      torch.ops.xla.dynamo_set_buffer_donor_(layer_cache, True)
+      layer_cache[0].index_copy_(0, index, k)
+      layer_cache[1].index_copy_(0, index, k * 2)
+
+    device = torch_xla.device()
+    cpu_cache = torch.zeros(layers, 2, SEQ, HEAD_DIM)
+    xla_cache = cpu_cache.to(device)
+    compiled = torch.compile(write_layer, backend='openxla')
+    for step in range(2):
+      torch_xla.sync()
+      xm.wait_device_ops()
+      met.clear_all()
+      for layer in range(layers):
+        index = torch.tensor([step, SEQ - 1 - layer % (SEQ - 2)])
+        k = _values(2, HEAD_DIM) + layer
+        compiled(xla_cache[layer], k.to(device), index.to(device))
+        write_layer(cpu_cache[layer], k, index)
+        torch_xla.sync()
+    xm.wait_device_ops()
+    self.assertIsNone(met.counter_value('DynamoLiftedGraph'))
+    self.assertIsNone(met.metric_data('CompileTime'))
+    self.assertEqual(met.metric_data('ExecuteTime')[0], layers)
+    torch.testing.assert_close(xla_cache.cpu(), cpu_cache, rtol=0, atol=0)
+
 
 def _decode_step(*args):
   """A decoder step over one allocation (layers, 2, blocks, block, heads, dim).
