@@ -9,6 +9,9 @@ function, which donates it with dynamo_set_buffer_donor_):
   view  k_cache, v_cache = cache: the unbind views of one cache, taken once
         and passed in every step
   base  the cache itself, written through cache[0] and cache[1] inside
+  layer with --layers L: one function compiled once and called on each
+        layer's view cache[l] in turn (taken once), as a per-layer attention
+        is; not run unless asked for with --modes
 
 With --layers L (default 1) a step writes L layers: `sep` has 2L tensors,
 `view` and `base` one allocation of shape (L, 2, ...), every layer's k and v
@@ -45,7 +48,7 @@ import subprocess
 import sys
 import time
 
-MODES = ('sep', 'view', 'base')
+MODES = ('sep', 'view', 'base')  # the default; 'layer' when asked for
 PATTERNS = ('index_copy0', 'index_copy2', 'slice', 'index_put')
 BLOCK, HEADS, HEAD_DIM, TOKENS = 16, 8, 64, 4
 MIB = 1 << 20
@@ -117,11 +120,16 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
     donate(cache, True)
     return write_layers([(layer[0], layer[1]) for layer in cache], k, v, index)
 
+  def write_layer(layer, k, v, index):
+    donate(layer, True)
+    return write_layers([(layer[0], layer[1])], k, v, index)
+
   if mode == 'sep':
     tensors = [torch.zeros(half, device=device) for _ in range(2 * layers)]
   else:
     cache = torch.zeros((layers, 2) + half, device=device)
     tensors = [half for layer in cache for half in layer]
+    layer_views = list(cache)
   k = torch.randn(x_shape).to(device)
   v = torch.randn(x_shape).to(device)
   index = index_cpu.to(device)
@@ -129,14 +137,18 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
   xm.wait_device_ops()
 
   if mode == 'base':
-    fn, args = torch.compile(write_base,
-                             backend='openxla'), lambda: (cache, k, v, index)
+    calls = [(cache, k, v, index)]
+    fn = torch.compile(write_base, backend='openxla')
+  elif mode == 'layer':
+    calls = [(layer, k, v, index) for layer in layer_views]
+    fn = torch.compile(write_layer, backend='openxla')
   else:  # view: taken once, as in the report (#8832) and a serving loop
-    fn, args = torch.compile(write_pair,
-                             backend='openxla'), lambda: (*tensors, k, v, index)
+    calls = [(*tensors, k, v, index)]
+    fn = torch.compile(write_pair, backend='openxla')
 
   def step():
-    fn(*args())
+    for args in calls:
+      fn(*args)
     torch_xla.sync()
     xm.wait_device_ops()
 
@@ -229,11 +241,14 @@ def plot(rows, before, path):
                            sharey=True,
                            squeeze=False)
   axes = axes[0]
-  colors = dict(sep='tab:green', view='tab:blue', base='tab:orange')
+  colors = dict(sep='tab:green',
+                view='tab:blue',
+                base='tab:orange',
+                layer='tab:red')
   for ax, pattern in zip(axes, patterns):
     for label, data, style in (('before', before or
                                 [], '--'), ('after', rows, '-')):
-      for mode in MODES:
+      for mode in colors:
         pts = sorted((r['mib'], r['median_ms'])
                      for r in data
                      if r['mode'] == mode and r['pattern'] == pattern and
