@@ -5,8 +5,7 @@
 #   1. $PYTHON if set; it must have the torch and torch_xla pins.
 #   2. Else the active `python` if it has them (nothing is installed there).
 #   3. Else <repo>/.venv, created on first use, and given all the pins when
-#      it lacks one (the first time about 3 minutes and 7 GB; --no-compile:
-#      Python compiles a module when it is first imported, not all up front).
+#      it lacks one (the first time about 3 minutes and 7 GB).
 #
 # Exports REPO_ROOT, PYTHON (absolute) and PJRT_DEVICE (CPU unless set).
 
@@ -41,8 +40,7 @@ print(c["options"]["install_requires"].strip())' "$REPO_ROOT/setup.cfg")
   _env_has "$venv/bin/python" "${pins[@]}" && return
   echo "[env] installing ${pins[*]} into $venv" >&2
   [[ -x "$venv/bin/python" ]] || python3 -m venv "$venv" >&2 || return
-  "$venv/bin/python" -m pip install --disable-pip-version-check --no-compile \
-    "${pins[@]}" >&2 &&
+  "$venv/bin/python" -m pip install --disable-pip-version-check "${pins[@]}" >&2 &&
     _env_has "$venv/bin/python" "${pins[@]}"
 }
 
