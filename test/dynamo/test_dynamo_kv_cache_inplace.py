@@ -144,6 +144,24 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     # the CPU inside run_steps).
     self.run_steps(pattern, mode, layers=3, steps=3)
 
+  def test_index_copy_with_int32_index_raises_as_in_eager(self):
+    # index_copy_ takes int64 indices only; fake tensors do not check that,
+    # so the rewrite must not accept what the op refuses.
+    def write(cache, k, index):
+      torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+      cache[0].index_copy_(0, index, k)
+
+    device = torch_xla.device()
+    k, index = _values(2, HEAD_DIM), torch.tensor([1, 2], dtype=torch.int32)
+    with self.assertRaisesRegex(RuntimeError, '(?i)long'):
+      write(torch.zeros(2, SEQ, HEAD_DIM), k, index)
+    with self.assertRaisesRegex(Exception, '(?i)long'):
+      torch.compile(
+          write,
+          backend='openxla')(torch.zeros(2, SEQ, HEAD_DIM, device=device),
+                             k.to(device), index.to(device))
+      torch_xla.sync()
+
   def test_function_per_layer_lifts_each_layer_once(self):
     # One compiled function called on each layer's view of one donated cache,
     # as a per-layer attention is: each layer's layout is lifted and compiled
