@@ -1,7 +1,7 @@
 """KV-cache writes through donated views stay in place (pytorch/xla#8832).
 
-See "Writes through views" in [Note: Graph inputs that are views] in
-torch_xla/_dynamo/dynamo_bridge.py: writes into views of a donated cache are
+See [Note: Writes through views in place] in
+torch_xla/_dynamo/inplace_writes.py: writes into views of a donated cache are
 rewritten as one `index_put_` on the cache itself, so a step is one execution
 that updates the donated buffer, with no recompilation.
 """
@@ -161,6 +161,57 @@ class KVCacheInPlaceTest(parameterized.TestCase):
           backend='openxla')(torch.zeros(2, SEQ, HEAD_DIM, device=device),
                              k.to(device), index.to(device))
       torch_xla.sync()
+
+  def test_index_copy_of_another_dtype_raises_as_in_eager(self):
+    # XLA's kernel would convert a half source; eager refuses it.
+    def write(cache, k, index):
+      torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+      cache[0].index_copy_(0, index, k)
+
+    device = torch_xla.device()
+    k, index = _values(2, HEAD_DIM).half(), torch.tensor([1, 2])
+    with self.assertRaisesRegex(RuntimeError, 'same dtype'):
+      write(torch.zeros(2, SEQ, HEAD_DIM), k, index)
+    with self.assertRaisesRegex(Exception, 'same dtype'):
+      torch.compile(
+          write,
+          backend='openxla')(torch.zeros(2, SEQ, HEAD_DIM, device=device),
+                             k.to(device), index.to(device))
+
+  def test_dynamic_shapes_are_not_rewritten(self):
+    # With symbolic sizes the rows cannot be computed once for all calls.
+    def write(cache, index, k):
+      torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+      cache[1].index_copy_(0, index, k)
+
+    compiled = torch.compile(write, backend='openxla', dynamic=True)
+    index, k = torch.tensor([0, 5]), _values(2, 4)
+    for n in (8, 16, 32):
+      met.clear_all()
+      cache, expected = torch.zeros(2, n, 4, device=torch_xla.device()), \
+          torch.zeros(2, n, 4)
+      compiled(cache, index.to(cache.device), k.to(cache.device))
+      expected[1].index_copy_(0, index, k)
+      torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
+      self.assertIsNone(met.counter_value('DynamoInPlaceViewWrite'))
+
+  @parameterized.parameters(((1, 2, HEAD_DIM),), ((HEAD_DIM,),), ((),))
+  def test_sources_that_broadcast(self, shape):
+    # Eager's copy_ takes a source with leading unit dims, or fewer dims.
+    def write(cache, src):
+      torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+      cache[0][1:3] = src
+
+    src = _values(*shape) + 1
+    cache, expected = torch.zeros(2, SEQ,
+                                  HEAD_DIM), torch.zeros(2, SEQ, HEAD_DIM)
+    xla_cache = cache.to(torch_xla.device())
+    met.clear_all()
+    torch.compile(
+        write, backend='openxla')(xla_cache, src.to(torch_xla.device()))
+    expected[0][1:3] = src
+    torch.testing.assert_close(xla_cache.cpu(), expected, rtol=0, atol=0)
+    self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
 
   def test_function_per_layer_lifts_each_layer_once(self):
     # One compiled function called on each layer's view of one donated cache,
