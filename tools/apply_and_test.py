@@ -12,7 +12,13 @@ sources and no tests; the series' changes to files it lacks (test/run_tests.sh)
 are left out.  Either way the checkout's Python sources run over the wheel's
 native _XLAC (--build prebuilt): the installed torch_xla files that git does
 not track (version.py) are symlinked into the checkout and git-excluded, and
-PYTHONPATH=<checkout> makes `import torch_xla` load the checkout.
+PYTHONPATH=<checkout> makes `import torch_xla` load the checkout.  But a
+checkout with a build of its own, as `python setup.py develop` or `pip install
+-e .` leaves it (an _XLAC*.so built in place, torch_xla/version.py), runs as
+it is, over its own _XLAC, with nothing linked into it; the unpatched
+worktree links to what it built.  The installed torch_xla is looked up from
+no directory in particular, so the tool runs from anywhere, the checkout
+included (--checkout .).
 
 Test: each test/**/test_*.py of this repository (the series' own; from the
 checkout, or from this repository with --unpatched) and, on a real checkout,
@@ -94,15 +100,19 @@ def log(msg):
 
 def torch_xla_dir(pythonpath="", package="torch_xla"):
   """The directory `import torch_xla` (or PACKAGE) loads with PYTHONPATH
-  (found without importing it); with none, the installed wheel's."""
-  return os.path.dirname(
-      subprocess.run([
-          sys.executable, "-c",
-          f"import importlib.util as u; print(u.find_spec('{package}').origin)"
-      ],
-                     env=dict(os.environ, PYTHONPATH=pythonpath),
-                     capture_output=True,
-                     text=True).stdout.strip())
+  (found without importing it); with none, the installed one's (the wheel,
+  or the checkout installed in develop mode).  Not the current directory's:
+  run from a checkout, `python -c` would find the checkout's torch_xla/."""
+  code = ("import importlib.util as u, sys\n"
+          "sys.path[:] = filter(None, sys.path)\n"
+          f"s = u.find_spec('{package}'); print(s.origin if s else '')")
+  origin = subprocess.run([sys.executable, "-c", code],
+                          env=dict(os.environ, PYTHONPATH=pythonpath),
+                          capture_output=True,
+                          text=True).stdout.strip()
+  if not origin:
+    die(f"{sys.executable} cannot import {package} (PYTHONPATH={pythonpath})")
+  return os.path.dirname(origin)
 
 
 def build_wheel_checkout(dest):
@@ -281,33 +291,68 @@ def base_worktree(checkout, base, cache):
   return wt
 
 
-def link_prebuilt(root, base):
-  """Symlinks into ROOT the installed torch_xla's files that git does not
-  track there (version.py), and lists them in info/exclude so the checkout
-  stays clean; then checks that PYTHONPATH=ROOT imports ROOT's torch_xla."""
-  pkg = torch_xla_dir()
+def own_build(checkout):
+  """CHECKOUT's own _XLAC*.so, if it is a build of its own, as a checkout
+  installed in develop mode (`python setup.py develop`, `pip install -e .`)
+  is: _XLAC built in place, at its root or in torch_xla/, and
+  torch_xla/version.py written, so that `import torch_xla` works from the
+  checkout itself.  [] for a plain checkout, even with our links."""
+  version = f"{checkout}/torch_xla/version.py"
+  if not os.path.isfile(version) or os.path.islink(version):
+    return []
+  return [
+      so for so in glob.glob(f"{checkout}/_XLAC*.so") +
+      glob.glob(f"{checkout}/torch_xla/_XLAC*.so") if not os.path.islink(so)
+  ]
+
+
+def link_prebuilt(root, base, checkout):
+  """Makes PYTHONPATH=ROOT (CHECKOUT, or a worktree of it) import ROOT's
+  torch_xla over a native _XLAC.  A CHECKOUT with a build of its own
+  (own_build()) is used as it is, and a worktree gets links to what it built:
+  its files in torch_xla/ that git does not track, and its _XLAC.  Else ROOT
+  gets links to the installed torch_xla's files that git does not track
+  there (version.py; the wheel's _XLAC loads from site-packages).  The links
+  are listed in info/exclude, so the checkout stays clean."""
+  built = own_build(checkout)
+  if built and root == checkout:
+    log(f"{checkout} has a build of its own (installed in develop mode): "
+        f"testing it as it is, with {' '.join(built)}")
+    return
+  pkg = f"{checkout}/torch_xla" if built else os.path.realpath(torch_xla_dir())
+  if pkg == f"{root}/torch_xla":
+    die(f"the installed torch_xla is {pkg}, but {root} has no _XLAC*.so and "
+        "torch_xla/version.py of its own (links are not): build it in place "
+        "(python setup.py develop) or install the wheel")
   tracked = set(
       git(root, "ls-tree", "-r", "--name-only", base, "torch_xla").split("\n") +
-      git(root, "ls-files", "torch_xla").split("\n"))
+      git(root, "ls-files", "torch_xla").split("\n") +
+      (git(checkout, "ls-files", "torch_xla").split("\n") if built else []))
+  links = {
+      os.path.basename(so): so
+      for so in built
+      if os.path.dirname(so) == checkout
+  }
+  for d, dirs, names in os.walk(pkg):
+    dirs[:] = [x for x in dirs if x != "__pycache__"]
+    for n in names:
+      links[os.path.relpath(f"{d}/{n}", os.path.dirname(pkg))] = f"{d}/{n}"
   exclude = os.path.join(root,
                          git(root, "rev-parse", "--git-path", "info/exclude"))
   os.makedirs(os.path.dirname(exclude), exist_ok=True)
   with open(exclude, "a+") as f:
     f.seek(0)
     excluded = f.read().splitlines()
-    for d, dirs, names in os.walk(pkg):
-      dirs[:] = [x for x in dirs if x != "__pycache__"]
-      for rel in (os.path.relpath(f"{d}/{n}", pkg) for n in names):
-        path = os.path.join("torch_xla", rel)
-        if path in tracked:
-          continue
-        if os.path.islink(f"{root}/{path}"):
-          os.unlink(f"{root}/{path}")
-        if not os.path.exists(f"{root}/{path}"):
-          os.makedirs(os.path.dirname(f"{root}/{path}"), exist_ok=True)
-          os.symlink(os.path.join(pkg, rel), f"{root}/{path}")
-        if "/" + path not in excluded:
-          f.write(f"/{path}\n")
+    for path, src in sorted(links.items()):
+      if path in tracked:
+        continue
+      if os.path.islink(f"{root}/{path}"):
+        os.unlink(f"{root}/{path}")
+      if not os.path.exists(f"{root}/{path}"):
+        os.makedirs(os.path.dirname(f"{root}/{path}"), exist_ok=True)
+        os.symlink(src, f"{root}/{path}")
+      if "/" + path not in excluded:
+        f.write(f"/{path}\n")
   if torch_xla_dir(root) != f"{root}/torch_xla":
     die(f"import torch_xla loads {torch_xla_dir(root)}, not {root}/torch_xla")
 
@@ -409,7 +454,7 @@ def rerun_without_series(checkout, base, cache, files):
   too), to tell regressions from failures the series did not cause."""
   log(f"rerunning without the series: {' '.join(files)}")
   wt = base_worktree(checkout, base, cache)
-  link_prebuilt(wt, base)
+  link_prebuilt(wt, base, checkout)
   return {
       rel: run_file(wt, rel, f"{wt}/{rel}", f"{cache}/logs/without-series")[1]
       for rel in files
@@ -431,7 +476,8 @@ def parse_args():
   ap.add_argument("--build",
                   choices=["prebuilt"],
                   default="prebuilt",
-                  help="the checkout's Python over the wheel's _XLAC")
+                  help="the checkout's Python over the wheel's _XLAC (a "
+                  "checkout installed in develop mode: over its own)")
   ap.add_argument("--unpatched",
                   action="store_true",
                   help="the same without either series (a worktree at "
@@ -533,8 +579,12 @@ def main():
     apply_series(checkout, base, read_series(os.path.abspath(a.patches)), cache)
     overlay = torch_overlay(os.path.abspath(a.patches), cache)
     root = checkout
-  link_prebuilt(root, base)
+  link_prebuilt(root, base, checkout)
   if a.run:
+    if root != checkout and os.path.commonpath([os.getcwd(), checkout
+                                               ]) == checkout:
+      log(f"warning: run from {checkout}, `python -c`/`-m` import its "
+          "torch_xla, not the unpatched one (`python FILE` does not)")
     exec_command(root, a.run, overlay)
 
   if not real:

@@ -61,10 +61,10 @@ class Tools:
                     APPLY_AND_TEST_CACHE=cache,
                     PYTHON=sys.executable)
 
-  def run(self, script, *args, cwd=REPO_ROOT, check=None):
+  def run(self, script, *args, cwd=REPO_ROOT, check=None, env=None):
     p = subprocess.run([os.path.join(TOOLS, script), *args],
                        cwd=cwd,
-                       env=self.env,
+                       env=dict(self.env, **(env or {})),
                        capture_output=True,
                        text=True)
     assert check is None or p.returncode == check, (

@@ -1,9 +1,14 @@
 """tools/apply_and_test.sh: applying a synthetic series, --run, --unpatched,
-a PyTorch series over the installed torch."""
+a PyTorch series over the installed torch, a checkout installed in develop
+mode, runs from inside the checkout."""
 
+import importlib.util
 import os
 import re
 import shutil
+import subprocess
+import sys
+import sysconfig
 
 import pytest
 
@@ -189,6 +194,163 @@ def test_run_keeps_cwd_and_exit_status(tools, tmp_path):
   cwd, where = p.stdout.split()
   assert cwd == os.path.realpath(tmp_path)
   assert where == f"{tools.cache}/wheel-checkout/torch_xla/__init__.py"
+
+
+WHERE = ("import torch_xla\n"
+         "print(torch_xla.__file__, torch_xla._XLAC.__file__, "
+         "torch_xla.__version__)")
+
+
+def test_run_from_inside_the_checkout(tools, checkout, two_patches):
+  # The checkout's torch_xla/ (no version.py) in the current directory must
+  # not hide the installed one from the tool.
+  p = tools.apply("--checkout",
+                  ".",
+                  "--patches",
+                  two_patches,
+                  "--run",
+                  "python",
+                  "-c",
+                  WHERE,
+                  cwd=checkout,
+                  check=0)
+  where, xlac, version = p.stdout.split()
+  assert where == f"{checkout}/torch_xla/__init__.py"
+  assert xlac == importlib.util.find_spec("_XLAC").origin  # the wheel's
+  assert version == "2.9.0"
+  assert os.path.islink(os.path.join(checkout, "torch_xla/version.py"))
+
+
+# What `import torch_xla` would load, without the import's 8 s.
+FIND = ("import importlib.util as u\n"
+        "print(u.find_spec('torch_xla').origin, u.find_spec('_XLAC').origin)")
+DEVELOP_VERSION = "2.9.0+gitdevelop"
+DEVELOP_TEST = """import unittest
+
+import torch
+import torch_xla
+
+
+class DevelopBuildTest(unittest.TestCase):
+
+  def test_compiled_add(self):
+    print(torch_xla.__file__, torch_xla._XLAC.__file__, torch_xla.__version__)
+    x = torch.arange(4.0, device=torch_xla.device())
+    f = torch.compile(lambda x: x * 2 + 1, backend="openxla")
+    self.assertEqual(f(x).cpu().tolist(), [1.0, 3.0, 5.0, 7.0])
+
+
+if __name__ == "__main__":
+  unittest.main()
+"""
+
+
+def develop_install(checkout, venv, over_the_wheel):
+  """Installs CHECKOUT as `python setup.py develop` does, into a new venv
+  VENV that has the installed packages, torch_xla's wheel too if
+  OVER_THE_WHEEL (links to them): the wheel's _XLAC copied to the
+  checkout's root (where build_ext --inplace puts it), torch_xla/version.py
+  and torch_xla.egg-info written there, and torch_xla.pth in VENV's
+  site-packages naming the checkout (after site-packages on sys.path, so the
+  wheel, if there, is the installed torch_xla).  Returns VENV's python and
+  the checkout's _XLAC."""
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv],
+                 check=True)
+  site = os.path.dirname(apply_and_test.torch_xla_dir(package="torch"))
+  venv_site = sysconfig.get_path("purelib", vars={"base": venv})
+  for name in os.listdir(site):
+    if over_the_wheel or not re.match(r"torch_xla\b|_XLAC|__editable__", name):
+      os.symlink(f"{site}/{name}", f"{venv_site}/{name}")
+  with open(f"{venv_site}/torch_xla.pth", "w") as f:
+    f.write(checkout + "\n")
+  wheel_xlac = importlib.util.find_spec("_XLAC").origin
+  xlac = os.path.join(checkout, os.path.basename(wheel_xlac))
+  shutil.copyfile(wheel_xlac, xlac)
+  with open(os.path.join(checkout, "torch_xla/version.py"), "w") as f:
+    f.write(f"__version__ = '{DEVELOP_VERSION}'\n__xla_gitrev__ = ''\n"
+            "__torch_gitrev__ = ''\n")
+  os.makedirs(os.path.join(checkout, "torch_xla.egg-info"))
+  with open(os.path.join(checkout, "torch_xla.egg-info/PKG-INFO"), "w") as f:
+    f.write(f"Metadata-Version: 2.1\nName: torch_xla\n"
+            f"Version: {DEVELOP_VERSION}\n")
+  return f"{venv}/bin/python", xlac
+
+
+def links_in(directory):
+  return [
+      os.path.join(d, n)
+      for d, dirs, names in os.walk(directory)
+      for n in dirs + names
+      if os.path.islink(os.path.join(d, n))
+  ]
+
+
+@pytest.mark.parametrize("kind", [
+    "develop",
+    "develop over the wheel",
+    pytest.param("real", marks=needs_xla_checkout),
+])
+def test_develop_build_runs_with_its_own_xlac(tools, checkout, tmp_path, kind):
+  if kind == "real":
+    checkout = str(tmp_path / "xla")
+    git("clone",
+        "-q",
+        "--shared",
+        "-b",
+        "v2.9.0",
+        XLA_CHECKOUT,
+        checkout,
+        cwd=".")
+  patch_dir = str(tmp_path / "patches")
+  make_series(checkout, patch_dir, [("Add a test and a module", {
+      CONFIG: append_line("# patched"),
+      "torch_xla/_dynamo/develop_mark.py": "MARK = 1\n",
+      "test/dynamo/test_develop_build.py": DEVELOP_TEST,
+  })])
+  exclude = os.path.join(checkout, ".git/info/exclude")
+  with open(exclude) as f:
+    excluded = f.read()
+  python, xlac = develop_install(checkout, str(tmp_path / "venv"),
+                                 kind == "develop over the wheel")
+  apply = lambda *args, cwd: tools.apply(
+      "--patches", patch_dir, *args, cwd=cwd, env={"PYTHON": python}, check=0)
+  try:
+    # From inside the checkout, as a maintainer runs it on their build.
+    p = apply("--checkout",
+              ".",
+              "--run",
+              "python",
+              "test/dynamo/test_develop_build.py",
+              cwd=checkout)
+    assert "has a build of its own" in p.stderr and "\nOK\n" in p.stderr
+    assert p.stdout.split() == [
+        f"{checkout}/torch_xla/__init__.py", xlac, DEVELOP_VERSION
+    ]
+    # From elsewhere, the same; nothing is linked into it or git-excluded.
+    p = apply("--checkout", checkout, "--run", "python", "-c", FIND, cwd=".")
+    assert p.stdout.split() == [f"{checkout}/torch_xla/__init__.py", xlac]
+    assert links_in(os.path.join(checkout, "torch_xla")) == []
+    with open(exclude) as f:
+      assert f.read() == excluded
+    # Unpatched: the base's Python over the checkout's build (links to its
+    # _XLAC and version.py), without the series' new module.
+    p = apply("--checkout",
+              os.path.basename(checkout),
+              "--unpatched",
+              "--run",
+              "python",
+              "-c",
+              FIND,
+              cwd=tmp_path)
+    where, its_xlac = p.stdout.split()
+    worktree = os.path.dirname(os.path.dirname(where))
+    assert worktree.startswith(os.path.join(tools.cache, "unpatched", ""))
+    assert os.path.realpath(its_xlac) == xlac
+    assert os.path.realpath(f"{worktree}/torch_xla/version.py") == \
+        f"{checkout}/torch_xla/version.py"
+    assert not os.path.exists(f"{worktree}/torch_xla/_dynamo/develop_mark.py")
+  finally:
+    os.remove(xlac)  # 300 MB
 
 
 def test_pytorch_series_runs_over_the_installed_torch(tools, tmp_path):
