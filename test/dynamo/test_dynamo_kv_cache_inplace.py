@@ -273,7 +273,7 @@ def _decode_step(*args):
 class InterleavedReadsTest(parameterized.TestCase):
   """Reads of a one-allocation cache between the layers' writes.
 
-  See "Reads between writes" in [Note: Graph inputs that are views].
+  See [Note: Writes through views in place].
   """
 
   def setUp(self):

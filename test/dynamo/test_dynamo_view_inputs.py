@@ -19,7 +19,6 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 from torch_xla._dynamo import config as dynamo_config
-from torch_xla._dynamo import view_inputs
 
 
 def _donate(*tensors):
@@ -703,12 +702,32 @@ class StockParityTest(parameterized.TestCase):
 
   def test_graphs_without_writes_are_compiled_as_they_are(self):
     # Nothing of ours runs in their calls: the stock backend's own function.
+    from torch_xla._dynamo import view_inputs
     gm = torch.fx.symbolic_trace(lambda a, b: a + b)
     compiled = object()
     example = [torch.zeros(2, device=torch_xla.device())] * 2
     self.assertIs(
         view_inputs.compile_view_inputs(gm, example, lambda m, e: compiled),
         compiled)
+
+  def test_dynamic_sizes_are_not_specialized(self):
+    # The fake run that finds the writes adds no guard to Dynamo's shapes
+    # (it used to specialize the batch size of a multi-head reshape): one
+    # graph for all batch sizes, as on stock.
+    def fn(x, w, buf):
+      buf.add_(1)
+      heads = (x @ w).view(x.shape[0], x.shape[1], 2, 2).transpose(1, 2)
+      return heads.sum((1, 2)) + buf
+
+    compiled = torch.compile(fn, backend='openxla', dynamic=True)
+    device = torch_xla.device()
+    w, buf, cpu_buf = _values(4, 4), torch.zeros(
+        1, device=device), torch.zeros(1)
+    for batch in (2, 3, 4, 5):
+      x = _values(batch, 3, 4)
+      out = compiled(x.to(device), w.to(device), buf)
+      torch.testing.assert_close(out.cpu(), fn(x, w, cpu_buf))
+    self.assertEqual(torch._dynamo.utils.counters['stats']['unique_graphs'], 1)
 
   def test_read_only_aliased_views_take_the_stock_path(self):
 
