@@ -209,6 +209,36 @@ class DynamoSpmdViewInputsTest(parameterized.TestCase):
         'v_cache': cpu['cache'][1]
     }, 'new views after sync')
 
+  def test_one_graph_for_each_layer_of_a_sharded_pool(self):
+    # A per-layer step called on each layer's view of one pool sharded over
+    # heads: right values, and the pool keeps its sharding.
+    def step(layer, k, slots, rows):
+      torch.ops.xla.dynamo_set_buffer_donor_(layer, True)
+      layer[0].index_copy_(0, slots, k)
+      layer[1].index_copy_(0, slots, -k)
+      return layer[0].index_select(0, rows) + layer[1][rows]
+
+    layers, slots_total = 3, BLOCKS * BLOCK
+    cpu_pool = torch.randn(layers, 2, slots_total, HEADS, HEAD_DIM)
+    pool = cpu_pool.to(torch_xla.device())
+    xs.mark_sharding(pool, self.mesh, (None, None, None, 'x', None))
+    views, cpu_views = list(pool), list(cpu_pool)
+    torch_xla.sync()
+    compiled = torch.compile(step, backend='openxla')
+    for call in range(2 * layers):
+      l = call % layers
+      args = [
+          torch.randn(2, HEADS, HEAD_DIM),
+          torch.tensor([call, slots_total - 1]),
+          torch.tensor([0, call, slots_total - 1])
+      ]
+      out = compiled(views[l], *[a.to(torch_xla.device()) for a in args])
+      torch.testing.assert_close(out.cpu(), step(cpu_views[l], *args))
+    torch_xla.sync()
+    torch.testing.assert_close(pool.cpu(), cpu_pool)
+    self.assertIn('devices=[1,1,1,4,1]',
+                  torch_xla._XLAC._get_xla_sharding_spec(pool))
+
 
 if __name__ == '__main__':
   test = unittest.main()

@@ -1,0 +1,148 @@
+"""One compiled graph for a function called on each layer's view of a pool.
+
+See [Note: Views at a run-time offset] in torch_xla/_dynamo/view_offsets.py.
+Every test compares every output and the pool with the same program run
+eagerly on the CPU, call after call, and counts compilations.
+"""
+import sys
+import unittest
+
+from absl.testing import parameterized
+import torch
+import torch._dynamo
+import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+
+LAYERS, BLOCKS, BLOCK, HEADS, DIM = 6, 4, 4, 2, 8
+
+
+def _values(*shape):
+  return torch.arange(
+      torch.Size(shape).numel(), dtype=torch.float32).reshape(shape) / 16
+
+
+def _donate(t):
+  torch.ops.xla.dynamo_set_buffer_donor_(t, True)
+
+
+def _layer_step(layer, k, v, slots, rows):
+  # vLLM's write of a layer's k and v, then reads: rows by index, all rows.
+  _donate(layer)
+  layer[0].flatten(0, 1).index_copy_(0, slots, k)
+  layer[1].flatten(0, 1).index_copy_(0, slots, v)
+  keys = layer[0].flatten(0, 1).index_select(0, rows)
+  return keys * 2 + layer[1].flatten(0, 1)[rows], layer[1].sum()
+
+
+class ViewOffsetsTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    torch._dynamo.reset()
+
+  def compiles(self):
+    xm.wait_device_ops()
+    return (met.metric_data('CompileTime') or [0])[0]
+
+  def run_layers(self, fn, make_args, views, passes=2):
+    """Calls `fn` on each of `views(pool)` in turn, compiled on XLA and on the
+    CPU; returns the compilations after the first call."""
+    device = torch_xla.device()
+    pool, cpu_pool = torch.zeros(LAYERS, 2, BLOCKS, BLOCK, HEADS,
+                                 DIM).to(device), torch.zeros(
+                                     LAYERS, 2, BLOCKS, BLOCK, HEADS, DIM)
+    compiled = torch.compile(fn, backend='openxla')
+    xla_views, cpu_views = views(pool), views(cpu_pool)  # taken once
+    torch_xla.sync()
+    first = None
+    for step in range(passes):
+      for i, (view, cpu_view) in enumerate(zip(xla_views, cpu_views)):
+        args = make_args(step, i)
+        out = compiled(view, *[a.to(device) for a in args])
+        expected = fn(cpu_view, *args)
+        first = self.compiles() if first is None else first
+        for got, want in zip(out, expected):
+          torch.testing.assert_close(got.cpu(), want, msg=f'{step}, {i}')
+      torch_xla.sync()
+      torch.testing.assert_close(pool.cpu(), cpu_pool, rtol=0, atol=0)
+    return self.compiles() - first
+
+  def test_layer_views_compile_once(self):
+    met.clear_all()
+    later = self.run_layers(
+        _layer_step, lambda step, i:
+        (_values(2, HEADS, DIM) + i, -_values(2, HEADS, DIM) - step,
+         torch.tensor([step * 3 + i, BLOCKS * BLOCK - 1]),
+         torch.tensor([0, step * 3 + i, BLOCKS * BLOCK - 1])), list)
+    # The second layer's call compiles the graph for all offsets, the last.
+    self.assertEqual(later, 1)
+
+  def test_one_execution_a_call(self):
+    device = torch_xla.device()
+    pool = torch.zeros(LAYERS, 2, BLOCKS, BLOCK, HEADS, DIM).to(device)
+    args = [
+        t.to(device) for t in (_values(2, HEADS, DIM), _values(2, HEADS, DIM),
+                               torch.tensor([1, 2]), torch.tensor([0, 1]))
+    ]
+    compiled = torch.compile(_layer_step, backend='openxla')
+    layers = list(pool)
+    torch_xla.sync()
+    for layer in layers:
+      compiled(layer, *args)
+    self.assertEqual(met.counter_value('DynamoLiftedGraphForOffsets'), 1)
+    torch_xla.sync()
+    met.clear_all()
+    for layer in layers:
+      compiled(layer, *args)
+    torch_xla.sync()
+    self.assertEqual(self.compiles(), 0)
+    self.assertEqual(met.metric_data('ExecuteTime')[0], LAYERS)
+
+  def test_window_views_compile_once(self):
+    # transformers' StaticCache writes the decode position's window.
+    def write(window, x):
+      _donate(window)
+      window.copy_(x)
+      return window * 2,
+
+    met.clear_all()
+    later = self.run_layers(
+        write, lambda step, p: (torch.full(
+            (LAYERS, 2, 1, BLOCK, HEADS, DIM), float(p + 10 * step)),),
+        lambda pool: [pool[:, :, p:p + 1] for p in range(BLOCKS)])
+    self.assertEqual(later, 1)
+
+  def test_layout_change_compiles_again(self):
+    # Windows of two sizes: two layouts, each compiled once for all offsets.
+    def write(window, x):
+      _donate(window)
+      window.copy_(x)
+      return window.sum(),
+
+    met.clear_all()
+    later = self.run_layers(
+        write, lambda step, p:
+        (_values(1, 2, 1 + p % 2, BLOCK, HEADS, DIM) + step,),
+        lambda pool: [pool[:1, :, p:p + 1 + p % 2] for p in range(BLOCKS - 1)])
+    # The size-2 window (one offset) compiles its own graph; the size-1
+    # windows, at a second offset, the graph for all their offsets.
+    self.assertEqual(later, 2)
+
+  def test_writes_not_of_rows_keep_a_graph_per_offset(self):
+
+    def write(layer, x):
+      _donate(layer)
+      layer.add_(x)
+      return layer.sum(),
+
+    met.clear_all()
+    later = self.run_layers(
+        write, lambda step, i: (torch.ones(2, BLOCKS, BLOCK, HEADS, DIM) * i,),
+        list)
+    self.assertEqual(later, LAYERS - 1)
+
+
+if __name__ == '__main__':
+  test = unittest.main()
+  sys.exit(0 if test.result.wasSuccessful() else 1)
