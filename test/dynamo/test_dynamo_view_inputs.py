@@ -878,6 +878,31 @@ class StockParityTest(parameterized.TestCase):
     torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
     torch.testing.assert_close(kc.cpu(), expected[0], rtol=0, atol=0)
 
+  def test_views_of_a_pool_taken_every_step_for_each_layer(self):
+    # Every layer's view of one pool taken at the start of a step, then one
+    # donating call a layer: the views written by earlier calls are pending
+    # on buffers that later calls donate.
+    def write(layer, k, idx):
+      _donate(layer)
+      layer[0].index_copy_(0, idx, k)
+      layer[1].index_copy_(0, idx, -k)
+
+    device = torch_xla.device()
+    pool, expected = torch.zeros(
+        8, 2, 16, 4, device=device), torch.zeros(8, 2, 16, 4)
+    compiled = torch.compile(write, backend='openxla')
+    torch_xla.sync()
+    for step in range(4):
+      layers = list(pool)
+      for l, layer in enumerate(layers):
+        k, idx = torch.full((1, 4), float(step * 10 + l)), torch.tensor([step])
+        compiled(layer, k.to(device), idx.to(device))
+        expected[l, 0].index_copy_(0, idx, k)
+        expected[l, 1].index_copy_(0, idx, -k)
+      torch_xla.sync()
+    torch.testing.assert_close(pool.cpu(), expected, rtol=0, atol=0)
+    torch.testing.assert_close(layers[3].cpu(), expected[3], rtol=0, atol=0)
+
   def test_repeated_and_overlapping_views_with_dynamic_shapes(self):
     # PyTorch's own AOTAutograd tests, on XLA.
     def twice(x, y):
