@@ -12,6 +12,8 @@ function, which donates it with dynamo_set_buffer_donor_):
   layer with --layers L: one function compiled once and called on each
         layer's view cache[l] in turn (taken once), as a per-layer attention
         is; not run unless asked for with --modes
+  layer_tensors  the same function on one (2, ...) tensor a layer: what
+        `layer` costs without one allocation for all layers
 
 With --layers L (default 1) a step writes L layers: `sep` has 2L tensors,
 `view` and `base` one allocation of shape (L, 2, ...), every layer's k and v
@@ -126,6 +128,9 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
 
   if mode == 'sep':
     tensors = [torch.zeros(half, device=device) for _ in range(2 * layers)]
+  elif mode == 'layer_tensors':  # one (2, ...) tensor a layer
+    layer_views = [torch.zeros((2,) + half, device=device) for _ in range(layers)]
+    tensors = [half for layer in layer_views for half in layer]
   else:
     cache = torch.zeros((layers, 2) + half, device=device)
     tensors = [half for layer in cache for half in layer]
@@ -139,7 +144,7 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
   if mode == 'base':
     calls = [(cache, k, v, index)]
     fn = torch.compile(write_base, backend='openxla')
-  elif mode == 'layer':
+  elif mode in ('layer', 'layer_tensors'):
     calls = [(layer, k, v, index) for layer in layer_views]
     fn = torch.compile(write_layer, backend='openxla')
   else:  # view: taken once, as in the report (#8832) and a serving loop
@@ -152,8 +157,12 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
     torch_xla.sync()
     xm.wait_device_ops()
 
+  fn(*calls[0])  # the first layer's compilation, then the others'
+  xm.wait_device_ops()
+  first = (met.metric_data('CompileTime') or [0])[0]
   for _ in range(warmup):
     step()
+  later = (met.metric_data('CompileTime') or [0])[0] - first
   met.clear_metrics()
   compiles = (met.metric_data('CompileTime') or [0])[0]
   process = psutil.Process()
@@ -180,6 +189,7 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
   correct = torch.equal(got_k, k.cpu()) and torch.equal(got_v, v.cpu())
   return dict(median_ms=statistics.median(times) * 1e3,
               executions_per_step=executions / steps,
+              compiles_after_first_call=later,
               compiles_after_warmup=compiles,
               rss_growth_mib=(max(rss[1:]) - rss[1]) / MIB,
               rss_mib=rss[-1] / MIB,
@@ -204,8 +214,8 @@ def run_one(mode, pattern, mib, args, env):
 def print_table(rows, before=None):
   before = {(r['mode'], r['pattern'], r['mib']): r for r in before or []}
   header = [
-      'pattern', 'mode', 'MiB', 'before ms', 'ms', 'exec/step', 'compiles',
-      'rss +MiB', 'check'
+      'pattern', 'mode', 'MiB', 'before ms', 'ms', 'exec/step',
+      'compiles after 1st call', 'compiles', 'rss +MiB', 'check'
   ]
   lines = [header]
   for r in rows:
@@ -215,13 +225,14 @@ def print_table(rows, before=None):
     if 'error' in r:
       lines.append([
           r['pattern'], r['mode'],
-          str(r['mib']), b_ms, 'crash', '', '', '', r['error'][:40]
+          str(r['mib']), b_ms, 'crash', '', '', '', '', r['error'][:40]
       ])
       continue
     lines.append([
         r['pattern'], r['mode'],
         str(r['mib']), b_ms, f"{r['median_ms']:.2f}",
         f"{r['executions_per_step']:.2f}",
+        str(r.get('compiles_after_first_call', '-')),
         str(r['compiles_after_warmup']), f"{r['rss_growth_mib']:.1f}",
         'ok' if r['correct'] else 'WRONG'
     ])

@@ -1,66 +1,101 @@
 #!/usr/bin/env python3
-"""Differential fuzzer: torch.compile(backend="openxla") on views vs CPU eager.
+"""Differential fuzzer: torch.compile(backend="openxla") on views, on stock
+torch_xla and on the series, each compared with CPU eager.
 
 Each program, made from a seed, takes one or two bases, random view chains on
-them (select, narrow, unbind, transpose, flatten, view, t), passes some views
-(and sometimes a base, or the same view twice) to a compiled function that
-mutates them in place (add_, mul_, fill_, copy_, index_copy_, index_put_,
-slice and tensor-key assignment), may mark them with
-dynamo_set_buffer_donor_, returns nothing, a reduction, a view or several,
-and runs for a few steps with eager mutations and reads in between.  After
-every step every tensor (bases, views, clones, all outputs, as out{step}_{i})
-is compared with the same program run eagerly on the CPU.  Families of programs, each chosen per
-program by the seed (--families picks which may be chosen):
-  rows    whole-row writes, which the bridge does in place: KV caches (4-D
-          or 5-D paged caches, a (2, 1, H, S, D) static cache) whose K/V
-          views are written by `flatten(0, 1).index_copy_(0, slots, k)`,
-          `index_copy_(2, pos, k)`, `c[:, :, p:p+n] = k` or `copy_`, and
-          those writes on other views too;
-  static  bases or views marked with mark_static_address that fn reads as
-          globals or as attributes of `model`, not as arguments, and a
-          counter tensor that fn increments;
-  meta    `unsqueeze_`/`squeeze_`/`t_`/`transpose_` on a view between
-          compiled calls or (rarely) inside fn on a view argument; each
-          undoes itself when run again;
-  index   int32 or int64 index tensors (int64 for index_copy_, which CPU
-          eager requires), built in fn or passed to it, tensor-key
-          assignment, negative indices, and vLLM's pad slots: indices past
-          the end, which XLA drops; CPU eager raises there, so the CPU run
-          drops them itself (`in_range`);
-  grad    fn computes a loss from a weight that requires grad and does its
-          writes under torch.no_grad() (BatchNorm's running stats); the loss
-          is backpropagated and w.grad compared too;
-  outputs fn also returns views of intermediates (`out0 = v0.mul(2)`):
-          `out0.view(-1), out0`, `*out0.unbind(0)`, `out0.t()`, an
-          intermediate twice, views of inputs, sometimes under grad with
-          intermediates of the loss's `y`; after each call one output is
-          written in place (`outs[k].add_(1)`), which must show in the
-          outputs and inputs it aliases, as in eager.
+them (select, narrow, unbind, transpose, t, flatten, view), passes some views
+(sometimes a base, or the same view twice) to a compiled function `fn` that
+writes them in place (add_, mul_, fill_, copy_, index_copy_ on any dim,
+index_put_, slice and tensor-key assignment), may mark them with
+dynamo_set_buffer_donor_, returns nothing, a reduction or views, and runs a
+few steps with eager writes and reads between.  After every step every tensor
+(bases, views, clones, outputs as out{step}_{i}, grads, what hooks saw) is
+compared with the same program run eagerly on the CPU, values and
+requires_grad.  Families, each chosen per program by the seed (--families
+picks those that may be):
+  rows      KV caches (paged 4-D and 5-D, a (2, 1, H, S, D) static cache)
+            written by whole rows: `flatten(0, 1).index_copy_(0, slots, k)`,
+            `index_copy_(2, pos, k)`, `c[:, :, p:p+n] = k`, copy_;
+  static    bases or views marked with mark_static_address, read by fn as
+            globals or as attributes of `model`, and a counter fn increments;
+  meta      unsqueeze_/squeeze_/t_/transpose_ on a view between calls or in
+            fn, undoing itself when run again;
+  index     int32/int64 indices, negative ones, and vLLM's pad slots (past the
+            end: XLA drops them; the CPU run drops them itself, `in_range`);
+  grad      a loss from a weight that requires grad, the writes under
+            no_grad (BatchNorm's running stats), backward(), w.grad compared;
+  outputs   views of intermediates returned (`out0.view(-1), out0`,
+            `*out0.unbind(0)`, ...), views of inputs beside them; one output
+            written in place after each call;
+  dynamic   torch.compile(dynamic=True), or (maybe_)mark_dynamic: tokens
+            whose count changes between calls written into a view (slice,
+            narrow, index_copy_), views marked dynamic;
+  reqgrad   everything under no_grad, requires_grad_() on some views or
+            bases but not on their siblings;
+  basemeta  t_, transpose_, unsqueeze_, squeeze_, as_strided_ (on a
+            contiguous base) on the bases before their views are taken;
+  inference tensors made and calls run under torch.inference_mode() (or the
+            calls only);
+  hooks     register_hook and retain_grad on views of a leaf that requires
+            grad, passed to fn; the grads and what the hooks saw compared;
+  setitem   assignment whose source broadcasts: leading unit dims, fewer
+            dims, python scalars, 0-d tensors;
+  overlap   two overlapping narrows of one tensor written and read across,
+            the same view passed twice, with or without dynamic=True;
+  viewkinds expand (read only), diagonal, narrow and view(torch.int32)
+            (written as bits) among the chains;
+  retake    the views taken again after each call, torch_xla.sync() after
+            each step or only at the end (then compared only there), a graph
+            break (graph_break() or .item()) between two writes in fn, and
+            an eager clone or product of a view still pending when a call
+            donates its base.
 
-Every program is a standalone Python script: a failure is printed as that
-script, shrunk to the fewest statements that still fail the same way.
-Programs run in batches in child processes; a child that dies is counted
-(`dead`) and the batch goes on in a new child.
+Every program runs on both builds, each in a --worker child process (with
+the environment `tools/apply_and_test.sh [--unpatched] --run` gives); its
+verdict (and per build: ok, mismatch, error, unsupported, dead, invalid):
+  ok          ok on both;
+  fixed       not ok on stock, ok on the series: ok, or the series' clear
+              NotImplementedError ('torch.compile(backend="openxla")...');
+  regression  ok on stock, not ok on the series (an exception, that
+              NotImplementedError, or a death);
+  silent      a silent mismatch on the series, whatever stock did;
+  both        not ok on both (the series raising or dying);
+  limit       a regression of the documented limit: an eager read of a view
+              still pending when a call donates its base fails at sync
+              ('... is deleted') on the series, which donates the base, and
+              not on stock, which never donates through a view (as stock
+              fails for a plain donated tensor read while pending), and the
+              program without that read is ok on the series;
+  invalid     CPU eager itself raised: a bug of this fuzzer.
+A child runs programs one after another in a process forked from one that
+imported torch_xla, and after a program that is not ok forks a new one: no
+program runs after a failure in the same process.  Regressions, silent
+mismatches and invalid programs are printed as standalone scripts, shrunk to
+the fewest statements that fail the same way on the build that fails, then
+run alone on both builds.  A markdown table gives the verdicts per family.
 
-Outcomes: ok, mismatch (silent wrong value), error (an exception that is not
-the bridge's documented NotImplementedError), unsupported (that error), dead,
-and invalid (CPU eager itself raised: a bug of this fuzzer, not of torch_xla).
-
-Run it through the project's tool to pick the torch_xla:
-  tools/apply_and_test.sh --run python tools/fuzz_views.py --count 50
-  tools/apply_and_test.sh --unpatched --run python tools/fuzz_views.py \
-      --count 50
-  tools/apply_and_test.sh --run python tools/fuzz_views.py --long   # 1000
+  tools/fuzz_views.py --count 300 --json /tmp/fuzz.json  # about 40 min
+  tools/fuzz_views.py --long                  # 2000 programs
+  tools/fuzz_views.py --show 7                # a program, standalone
+  (tools/apply_and_test.sh --run python tools/fuzz_views.py ... also works)
+The checkouts are apply_and_test.sh's, in its cache: with
+APPLY_AND_TEST_CACHE=DIR, no other run re-points them during this one (a
+warning says if they moved).
 """
 import argparse
 import collections
+import concurrent.futures
 import json
+import math
 import os
 import random
 import re
 import select
+import signal
 import subprocess
 import sys
+import threading
+import time
 import types
 
 HARNESS = '''
@@ -96,27 +131,40 @@ def in_range(view, dim, index, src):
 
 def compare(step, xla, cpu):
   for name, expected in cpu.items():
-    if not isinstance(expected, torch.Tensor):
+    got, where = xla[name], f'MISMATCH after {step}: {name}'
+    if isinstance(expected, list):  # what a hook saw
+      if len(got) != len(expected):
+        raise AssertionError(f'{where}: {len(got)} calls, not {len(expected)}')
+      pairs = zip(got, expected)
+    elif isinstance(expected, torch.Tensor):
+      pairs = [(got, expected)]
+    else:
+      if (got is None) != (expected is None):
+        raise AssertionError(f'{where} is {got!r}, not {expected!r}')
       continue
-    got, expected = xla[name].detach().cpu(), expected.detach()
-    if got.shape != expected.shape or not torch.allclose(
-        got, expected, rtol=1e-5, atol=1e-5):
-      diff = ((got - expected).abs().max().item()
-              if got.shape == expected.shape else 'shape')
-      raise AssertionError(
-          f'MISMATCH after {step}: {name} differs from CPU eager ({diff})')
+    for got, expected in pairs:
+      if got.requires_grad != expected.requires_grad:
+        raise AssertionError(f'{where}: requires_grad={got.requires_grad}')
+      got, expected = got.detach().cpu(), expected.detach()
+      if got.shape != expected.shape or got.dtype != expected.dtype:
+        raise AssertionError(f'{where}: {got.dtype}{list(got.shape)}, not '
+                             f'{expected.dtype}{list(expected.shape)}')
+      if not torch.allclose(got, expected, 1e-5, 1e-5, equal_nan=True):
+        diff = (got.double() - expected.double()).abs().max().item()
+        raise AssertionError(f'{where} differs from CPU eager ({diff})')
 
 
-def call(f, state, step):
+def call(f, state, step, calls):
   for name in STATIC:
     globals()[name] = state[name]
     setattr(model, name, state[name])
-  with torch.enable_grad() if GRAD else contextlib.nullcontext():
-    out = f(*[state[n] for n in ARGS])
+  with torch.enable_grad() if GRADS else contextlib.nullcontext():
+    out = f(*[state[n.format(call=calls)] for n in ARGS])
   outs = out if isinstance(out, tuple) else () if out is None else (out,)
-  if GRAD:
+  if GRADS:
     outs[0].backward()
-    state['w_grad'] = state['w'].grad
+    for name in GRADS:
+      state[f'{name}_grad'] = state[name].grad
   with torch.no_grad():
     after(outs)
   for i, out in enumerate(outs):
@@ -131,16 +179,27 @@ def reference(f, *args):
 
 
 def run():
-  xla, cpu = setup(torch_xla.device()), setup('cpu')
-  compiled = torch.compile(fn, backend='openxla')
-  for step, kind in enumerate(STEPS):
-    if kind == 'compiled':
-      reference(call, fn, cpu, step)
-      call(compiled, xla, step)
-    else:
-      reference(eager, cpu)
-      eager(xla)
-    compare(f'step {step} ({kind})', xla, cpu)
+  with torch.inference_mode(INFERENCE == 'all'), torch.set_grad_enabled(
+      not NOGRAD):
+    xla, cpu = setup(torch_xla.device()), setup('cpu')
+  compiled = torch.compile(fn, backend='openxla', dynamic=DYNAMIC)
+  with torch.inference_mode(bool(INFERENCE)), torch.set_grad_enabled(
+      not NOGRAD):
+    for step, kind in enumerate(STEPS):
+      if kind == 'compiled':
+        calls = STEPS[:step].count('compiled')
+        reference(call, fn, cpu, step, calls)
+        call(compiled, xla, step, calls)
+      else:
+        reference(globals()[kind], cpu)
+        globals()[kind](xla)
+      if SYNC == 'step':
+        torch_xla.sync()
+      if SYNC != 'end' and kind != 'pending':
+        compare(f'step {step} ({kind})', xla, cpu)
+    if SYNC == 'end':
+      torch_xla.sync()
+      compare('the last step and a sync', xla, cpu)
 '''
 
 MAIN = '''
@@ -150,8 +209,15 @@ if __name__ == '__main__':
   print('ok')
 '''
 
-# The families of programs that --families can leave out (see the docstring).
-FAMILIES = ('rows', 'static', 'meta', 'index', 'grad', 'outputs')
+FAMILIES = ('rows', 'static', 'meta', 'index', 'grad', 'outputs', 'dynamic',
+            'reqgrad', 'basemeta', 'inference', 'hooks', 'setitem', 'overlap',
+            'viewkinds', 'retake')
+# The lists of statements of a program's script, which shrink() drops from.
+PARTS = ('setup', 'body', 'eager', 'retake', 'pending', 'after', 'steps')
+VERDICTS = ('ok', 'fixed', 'regression', 'limit', 'silent', 'both',
+            'invalid')
+BUILDS = {}  # 'stock', 'series' -> (python, environment); see build_envs()
+TIMEOUT = 300  # seconds a program may take
 
 # Whole-row writes into KV caches: (kind, base shape, the row dim of a view).
 CACHES = (
@@ -171,43 +237,58 @@ class Program:
   """A random program, as the statements of a script."""
 
   def __init__(self, seed, families=FAMILIES):
-    self.seed, self.families = seed, families
+    self.seed, self.families, self.drawn = seed, families, set()
     rng = random.Random(seed)
-    self.setup = []  # statements of setup(device); names in self.shapes
-    self.shapes = {}
-    self.contiguous = {}  # view name -> whether flatten(0, 1) is a view
-    self.body = []  # statements of fn(*ARGS)
-    self.eager = []  # statements of eager(t)
-    self.exprs = {}  # view name -> its expression on a base
+    self.setup, self.body, self.after = [], [], []  # setup(device), fn, after
+    self.eager, self.retake, self.pending = [], [], []  # eager steps (t)
+    self.shapes, self.exprs = {}, {}  # name -> shape; view -> expression
+    self.contiguous = {}  # name -> whether flatten(0, 1) is a view of it
     self.static = []  # names fn reads as globals or attributes of `model`
     self.other_shape = {}  # view -> its shape after its metadata mutation
+    self.readonly, self.ints = set(), set()  # expanded; int32 views
+    self.partner = {}  # view -> the view it overlaps (overlap)
+    self.grads, self.dynamic, self.sync = [], None, None
+    # The families drawn first shape the tensors, the others come after.
     self.grad = self._chance(rng, 'grad', 0.15)
     static = self._chance(rng, 'static', 0.25)
     cache = rng.choice(CACHES) if self._chance(rng, 'rows', 0.3) else None
+    # Of the view chains, which a KV cache does not have.
+    self.viewkinds = not cache and self._chance(rng, 'viewkinds', 0.25)
+    self.basemeta = not cache and self._chance(rng, 'basemeta', 0.2)
+    overlap = not cache and self._chance(rng, 'overlap', 0.2)
+    self.setitem = self._chance(rng, 'setitem', 0.25)
+    retake = self._chance(rng, 'retake', 0.2)
+    self.hooks = self._chance(rng, 'hooks', 0.15)
+    self.inference = rng.choice(
+        ('all', 'all',
+         'calls')) if not (self.grad or self.hooks) and self._chance(
+             rng, 'inference', 0.15) else None
+    self.nograd = not (self.inference or self.hooks or
+                       self.grad) and self._chance(rng, 'reqgrad', 0.2)
+    dynamic = self._chance(rng, 'dynamic', 0.2)
     self.row_dim = cache[2] if cache else None
-    bases = self._cache(rng, cache) if cache else self._bases(rng)
+    bases = self._cache(rng, cache) if cache else self._bases(rng, overlap)
     views = list(self.exprs)
-    inside = rng.random() < 0.3
+    self.inside = rng.random() < 0.3
     toggle, toggle_in_fn = None, False
     if self._chance(rng, 'meta', 0.25):  # a metadata mutation of `toggled`
       toggled = rng.choice(views)
       toggle, other = self._toggle(rng, self.shapes[toggled])
-      toggle_in_fn = not inside and rng.random() < 0.2
-      if not inside and other != self.shapes[toggled]:
+      toggle_in_fn = not self.inside and rng.random() < 0.2
+      if not self.inside and other != self.shapes[toggled]:
         self.other_shape[toggled] = other  # fn sees both shapes
-    if inside:
-      self._views_inside(rng, bases, views, static)
+    if overlap and rng.random() < 0.5:
+      self.dynamic = True
+    if self.inside:
+      self._views_inside(rng, views, static, retake)
     else:
-      self._views_passed(rng, bases, views, static)
+      self._views_passed(rng, bases, views, static, overlap, retake)
     self.steps = ['compiled'] * rng.randint(1, 3)
     if toggle_in_fn and toggled in self.params:  # each call undoes the last
-      returns = bool(self.body) and self.body[-1].startswith('return ')
-      self.body.insert(rng.randint(0,
-                                   len(self.body) - returns),
-                       toggle.format(toggled))
+      self._insert(rng, toggle.format(toggled))
       self.steps = ['compiled'] * rng.randint(2, 3)
       toggle = None
-    if self.grad:
+    if self.grad or self.hooks:
       self._grad(rng)
     for name in self.static:  # globals, or attributes of `model`
       if rng.random() < 0.5:
@@ -222,7 +303,7 @@ class Program:
     if rng.random() < 0.6:  # an eager write or read
       if 'eager' not in self.steps:
         self.steps.insert(rng.randint(1, len(self.steps)), 'eager')
-      name = rng.choice(bases + views)
+      name = rng.choice([n for n in bases + views if n not in self.readonly])
       self.eager.insert(
           rng.randint(0, len(self.eager)),
           rng.choice([
@@ -230,36 +311,111 @@ class Program:
               f"t['read'] = t['{name}'] * 2"
           ]))
       self.setup.append('read = None')
-    self.after = []  # statements of after(outs), run after each call
-    if self._chance(rng, 'outputs', 0.4):  # last: other seeds keep their draws
+    if self._chance(rng, 'outputs', 0.4):
       self._outputs(rng)
+    if dynamic:
+      self._tokens(rng)
+    if self.nograd:  # requires_grad_() on some of a group, not on all
+      group = [n for n in bases + views if n not in self.ints]
+      for name in rng.sample(group, rng.randint(1, max(1, len(group) - 1))):
+        self.setup.append(f'{name}.requires_grad_()')
+    if retake:
+      self._retake(rng, bases, views)
 
   def _chance(self, rng, family, p):
     """True with probability `p` if `family` is on."""
-    return rng.random() < p and family in self.families
+    if rng.random() < p and family in self.families:
+      self.drawn.add(family)
+      return True
+    return False
 
-  def _bases(self, rng):
+  def _bases(self, rng, overlap):
     """One or two bases with 1 to 3 random view chains on them."""
     bases = []
     for b in range(rng.choice((1, 1, 2))):
       shape = tuple(rng.randint(2, 5) for _ in range(rng.randint(2, 4)))
       name = f'base{b}'
       self.setup.append(f'{name} = values{shape}.to(device)')
-      self.shapes[name] = shape
+      self.shapes[name], self.contiguous[name] = shape, True
+      if self.basemeta and rng.random() < 0.8:
+        for first in [True] + [False] * rng.randint(0, 1):
+          self._base_meta(rng, name, first)
       bases.append(name)
-    for v in range(rng.randint(1, 3)):
+    for _ in range(rng.randint(1, 3)):
       base = rng.choice(bases)
-      expr, shape, contiguous = base, self.shapes[base], True
+      expr, shape, contiguous = base, self.shapes[base], self.contiguous[base]
+      readonly = is_int = False
       for _ in range(rng.randint(1, 3)):
-        op = self._view_op(rng, shape, contiguous)
+        op = self._view_op(rng, expr, shape, contiguous, is_int)
         if op is None:
           break
-        expr, shape, contiguous = op(expr, shape, contiguous)
+        expr, shape, contiguous, kind = op
+        readonly |= kind == 'expand'
+        is_int ^= kind == 'dtype'
       if expr != base:
-        self._add_view(f'v{v}', expr, shape, contiguous)
-    if not self.exprs:
-      self._add_view('v0', f'{bases[0]}[0]', self.shapes[bases[0]][1:], True)
+        self._add_view(expr, shape, contiguous, readonly, is_int)
+    if overlap:
+      self._overlapping(rng, bases)
+    if all(v in self.readonly for v in self.exprs):  # one to write
+      self._add_view(f'{bases[0]}[0]', self.shapes[bases[0]][1:],
+                     self.contiguous[bases[0]])
     return bases
+
+  def _base_meta(self, rng, name, first):
+    """An in-place metadata change of base `name`, before its views."""
+    shape, n = self.shapes[name], len(self.shapes[name])
+    kinds = ['unsqueeze'] + (['squeeze'] if 1 in shape else []) + (
+        ['transpose'] if n >= 2 else
+        []) + (['t'] if n == 2 else []) + (['as_strided'] * 2 if first else [])
+    kind = rng.choice(kinds)
+    if kind == 'as_strided':  # 2-D, an offset, by rows or by columns
+      size = math.prod(shape)
+      b = rng.randint(2, 3)
+      a = rng.randint(1, size // b)
+      offset = rng.randint(0, size - a * b)
+      rows = rng.random() < 0.5
+      stride = (b, 1) if rows else (1, a)
+      statement = f'{name}.as_strided_({(a, b)}, {stride}, {offset})'
+      shape, self.contiguous[name] = (a, b), rows
+    elif kind == 'unsqueeze':
+      d = rng.randint(0, n)
+      statement, shape = f'{name}.unsqueeze_({d})', shape[:d] + (1,) + shape[d:]
+    elif kind == 'squeeze':
+      d = shape.index(1)
+      statement, shape = f'{name}.squeeze_({d})', shape[:d] + shape[d + 1:]
+    else:
+      d0, d1 = (0, 1) if kind == 't' else rng.sample(range(n), 2)
+      swapped = list(shape)
+      swapped[d0], swapped[d1] = shape[d1], shape[d0]
+      statement = f'{name}.t_()' if kind == 't' else (
+          f'{name}.transpose_({d0}, {d1})')
+      shape, self.contiguous[name] = tuple(swapped), False
+    self.setup.append(statement)
+    self.shapes[name] = shape
+
+  def _overlapping(self, rng, bases):
+    """Two narrows of one tensor, of one shape, that overlap."""
+    sources = bases + [
+        v for v in self.exprs if v not in self.readonly | self.ints
+    ]
+    src = rng.choice(sources)
+    shape = self.shapes[src]
+    dims = [d for d, s in enumerate(shape) if s >= 3]
+    if not dims:
+      return
+    d = rng.choice(dims)
+    length = rng.randint(2, shape[d] - 1)
+    start = rng.randint(0, shape[d] - length - 1)
+    starts = (start,
+              rng.randint(start + 1, min(start + length - 1,
+                                         shape[d] - length)))
+    contiguous = self.contiguous.get(src) and all(s == 1 for s in shape[:d])
+    names = [
+        self._add_view(f'{self.exprs.get(src, src)}.narrow({d}, {s}, {length})',
+                       shape[:d] + (length,) + shape[d + 1:], contiguous)
+        for s in starts
+    ]
+    self.partner.update({names[0]: names[1], names[1]: names[0]})
 
   def _cache(self, rng, cache):
     """A KV cache and its K and/or V views, as vLLM and HF's StaticCache."""
@@ -270,13 +426,25 @@ class Program:
     how = rng.choice(
         ('base0[{}]', 'base0.unbind(0)[{}]', 'base0.select(0, {})'))
     for v in picks:
-      self._add_view(f'v{v}', how.format(v), shape[1:], True)
+      self._add_view(how.format(v), shape[1:], True)
     return ['base0']
 
-  def _add_view(self, name, expr, shape, contiguous):
+  def _add_view(self, expr, shape, contiguous, readonly=False, is_int=False):
+    name = f'v{len(self.exprs)}'
     self.setup.append(f'{name} = {expr}')
     self.exprs[name], self.shapes[name] = expr, shape
     self.contiguous[name] = contiguous
+    if readonly:
+      self.readonly.add(name)
+    if is_int:
+      self.ints.add(name)
+    return name
+
+  def _source(self, name):
+    """x_{name}: values fn writes into `name`."""
+    self.setup.append(f'x_{name} = values{self.shapes[name]}.to(device)')
+    self.shapes[f'x_{name}'] = self.shapes[name]
+    return f'x_{name}'
 
   def _make_static(self, rng, names):
     """Marks some of `names` static; fn then reads them as globals."""
@@ -289,77 +457,103 @@ class Program:
     self.static = chosen + ['count']
     return chosen
 
-  def _views_inside(self, rng, bases, views, static):
+  def _sub(self, statement):
+    """`statement` of fn with the views, when fn takes them itself, spelled
+    as their expressions."""
+    if not self.inside:
+      return statement
+    for name, expr in self.exprs.items():
+      statement = re.sub(rf'\b{name}\b(?!_)', f'({expr})', statement)
+    return statement
+
+  def _insert(self, rng, statement, at=None):
+    """Puts `statement` into fn (under no_grad where fn computes a loss),
+    before its return."""
+    returns = bool(self.body) and self.body[-1].startswith('return ')
+    if at is None:
+      at = rng.randint(0, len(self.body) - returns)
+    if self.grad and not statement.startswith(('DONATE', 'with ')):
+      statement = f'with torch.no_grad(): {statement}'
+    self.body.insert(at, self._sub(statement))
+
+  def writable(self):
+    """The tensors fn may write."""
+    return [
+        n for n in (self.exprs if self.inside else self.targets)
+        if n.removesuffix('_again') not in self.readonly
+    ]
+
+  def _views_inside(self, rng, views, static, retake):
     """The bases are passed; fn takes the views of them itself."""
-    used = sorted({self.exprs[v].split('.')[0].split('[')[0] for v in views})
+    used = sorted({re.match(r'\w+', self.exprs[v])[0] for v in views})
     params = list(used)
     if static:  # read as globals: not passed
       chosen = self._make_static(rng, used)
       params = [p for p in params if p not in chosen]
-    for name in views:
-      self.setup.append(f'x_{name} = values{self.shapes[name]}.to(device)')
-      self.shapes[f'x_{name}'] = self.shapes[name]
-      params.append(f'x_{name}')
+    params += [self._source(v) for v in views if v not in self.readonly]
     self.args, self.params, self.targets = list(params), params, used
     for name in used:
-      if rng.random() < 0.6:
+      if rng.random() < (0.9 if retake else 0.6):
         self.body.append(f'DONATE({name}, True)')
     for _ in range(rng.randint(1, 4)):
-      name = rng.choice(views)
-      statement = self._mutation(rng, name)
       self.body.append(
-          re.sub(rf'\b{name}\b(?!_)', f'({self.exprs[name]})', statement))
+          self._sub(self._mutation(rng, rng.choice(self.writable()))))
     if self.static:
       self.body.insert(rng.randint(0, len(self.body)), 'count.add_(1)')
     if rng.random() < 0.3:
       self.body.append('return ' + ' + '.join(f'{b}.sum()' for b in used))
 
-  def _views_passed(self, rng, bases, views, static):
+  def _views_passed(self, rng, bases, views, static, overlap, retake):
     """Views (and sometimes a base) are passed to fn."""
     args = list(views)
-    if rng.random() < 0.25:
+    if rng.random() < (0.5 if retake else 0.25):
       args.append(rng.choice(bases))
     rng.shuffle(args)
     # `params` names fn's parameters; ARGS names the tensors passed to them.
     params = list(args)
-    if rng.random() < 0.1:  # the same tensor passed twice
+    if rng.random() < (0.6 if overlap else 0.1):  # one tensor passed twice
       args.append(args[0])
       params.append(f'{args[0]}_again')
       self.shapes[params[-1]] = self.shapes[args[0]]
     # Extra inputs that give values to write.
-    for name in sorted(set(args)):
+    for name in sorted(set(args) - self.readonly):
       if rng.random() < 0.7:
-        self.setup.append(f'x_{name} = values{self.shapes[name]}.to(device)')
-        self.shapes[f'x_{name}'] = self.shapes[name]
-        args.append(f'x_{name}')
-        params.append(f'x_{name}')
-    targets = [p for p in params if not p.startswith('x_')]
+        args.append(self._source(name))
+        params.append(args[-1])
+    self.targets = [
+        p for p in params if not p.startswith('x_') and
+        p.removesuffix('_again') not in self.readonly
+    ]
     if static:  # read as globals: not passed (their `_again` still is)
-      for name in self._make_static(rng, [t for t in targets if t in args]):
+      for name in self._make_static(rng,
+                                    [t for t in self.targets if t in args]):
         i = params.index(name)
         del args[i], params[i]
-    self.args, self.params, self.targets = args, params, targets
+    self.args, self.params = args, params
     if rng.random() < 0.3:
       name = rng.choice(views)
       self.setup.append(f'{name}_clone = {name}.clone()')
-    for name in targets:
-      if rng.random() < 0.3:
+    for name in self.targets:
+      if rng.random() < (0.6 if retake else 0.3):
         self.body.append(f'DONATE({name}, True)')
     for _ in range(rng.randint(1, 4)):
-      name = rng.choice(targets)
-      self.body.append(self._mutation(rng, name))
+      self.body.append(self._mutation(rng, rng.choice(self.targets)))
     if self.static:
       self.body.insert(rng.randint(0, len(self.body)), 'count.add_(1)')
     ret = rng.random()
     if ret < 0.3:
-      self.body.append('return ' + ' + '.join(f'{a}.sum()' for a in targets))
+      self.body.append('return ' +
+                       ' + '.join(f'{a}.sum()' for a in self.targets))
     elif ret < 0.5:
-      name = rng.choice(targets)
+      name = rng.choice(self.targets)
       self.body.append(
           f'return {name}[0]' if self.shapes[name] else f'return {name}')
 
   def _grad(self, rng):
-    """A loss from a weight that requires grad; the writes under no_grad."""
+    """A loss from a weight that requires grad, and from views of a leaf
+    that requires grad with hooks on them (hooks); the writes under
+    no_grad."""
+    self.grad = True
     r, n, m = (rng.randint(2, 4) for _ in range(3))
     self.shapes.update(w=(n, m), x_w=(r, n), y=(r, m))
     self.setup += [
@@ -368,23 +562,53 @@ class Program:
     ]
     self.args += ['w', 'x_w']
     self.params += ['w', 'x_w']
-    read = rng.choice(self.targets + [''])
+    self.grads = ['w']
+    loss = ['(y * y).mean()']
+    if self.hooks:
+      a, b = rng.randint(2, 4), rng.randint(2, 4)
+      self.setup += [
+          f'p = values({a}, {b}).to(device).requires_grad_()', 'seen = []'
+      ]
+      self.grads.append('p')
+      for k in range(rng.randint(1, 2)):
+        i, j, s = rng.randrange(a), rng.randrange(b), rng.randrange(a)
+        expr, shape = rng.choice(
+            ((f'p[{i}]', (b,)), ('p.t()', (b, a)), (f'p[:, {j}]', (a,)),
+             (f'p.narrow(0, {s}, {a - s})', (a - s, b)), (f'p.unbind(1)[{j}]',
+                                                          (a,))))
+        name = f'h{k}'
+        self.setup.append(f'{name} = {expr}')
+        how = rng.choice(('hook', 'retain', 'both'))
+        if how != 'retain':
+          self.setup.append(
+              f'{name}.register_hook(lambda g: seen.append(g * {k + 2}))')
+        if how != 'hook':
+          self.setup.append(f'{name}.retain_grad()')
+          self.grads.append(name)
+        self.shapes[name] = shape
+        self.args += [name, self._source(name)]
+        self.params += [name, f'x_{name}']
+        loss.append(f'({name} * x_{name}).sum()')
+    floats = [
+        t for t in self.targets if t.removesuffix('_again') not in self.ints
+    ]
+    read = rng.choice(floats + [''])
     body = [s for s in self.body if not s.startswith('return ')]
     self.body = ['y = x_w @ w' + (f' + {read}.mean()' if read else '')]
     self.body += [
-        s if s.startswith('DONATE') else f'with torch.no_grad(): {s}'
+        s if s.startswith(('DONATE', 'with ')) else f'with torch.no_grad(): {s}'
         for s in body
     ]
-    if rng.random() < 0.5:  # running stats
-      name = rng.choice(self.targets)
-      self.body.append(f'with torch.no_grad(): {name}.mul_(0.9).add_('
-                       f'y.mean() * 0.1)')
-    self.body.append('return (y * y).mean()')
+    if floats and rng.random() < 0.5:  # running stats
+      self.body.append(f'with torch.no_grad(): {rng.choice(floats)}.mul_(0.9)'
+                       '.add_(y.mean() * 0.1)')
+    self.body.append('return ' + ' + '.join(loss))
 
   def _outputs(self, rng):
     """fn also returns views of intermediates and of inputs; after(outs)
     writes one of the outputs in place."""
-    if not self.grad and rng.random() < 0.3:
+    if not (self.grad or self.hooks or self.inference or
+            self.nograd) and rng.random() < 0.3:
       self.grad = True
       self._grad(rng)
     returns = bool(self.body) and self.body[-1].startswith('return ')
@@ -401,16 +625,18 @@ class Program:
       src = rng.choice(sources)
       shape = self.shapes[src]
       out = f'out{j}'
+      after_y = [i + 1 for i, s in enumerate(self.body) if s.startswith('y =')]
       self.body.insert(
-          rng.randint(int(self.grad and src == 'y'), len(self.body)),
+          rng.randint(after_y[0] if src == 'y' else 0, len(self.body)),
           f'{out} = ' + rng.choice(
               ('{}.mul(2)', '{} + 1', '{}.clone()')).format(src))
-      if src not in ('w',
-                     'y') and rng.random() < 0.3 and (f'DONATE({src}, True)'
-                                                      not in self.body):
+      if not re.match(r'(w|y|h\d)$', src) and src.removesuffix(
+          '_again') not in self.readonly and rng.random() < 0.3 and (
+              f'DONATE({src}, True)' not in self.body):
         self.body.insert(0, f'DONATE({src}, True)')
       kinds = ['itself', 'first', 'unbind', 'split', 't', 'unsqueeze']
-      if re.match(r'(base\d|x_\w+|w|y)$', src.replace('_again', '')):
+      if re.match(r'(base\d|x_\w+|w|y)$', src.replace(
+          '_again', '')) and (self.contiguous.get(src, True)):
         kinds += ['view', 'view']  # contiguous: view(-1) is a view
       for _ in range(rng.randint(1, 3)):
         kind = rng.choice(kinds)
@@ -425,8 +651,12 @@ class Program:
             'unsqueeze': (f'{out}.unsqueeze(0)', 1),
             'view': (f'{out}.view(-1)', 1),
         }[kind])
-    if rng.random() < 0.4:  # a view of an input (or the input) too
-      src = rng.choice([s for s in sources if s != 'y'] or sources)
+    inputs = [
+        s for s in sources
+        if s != 'y' and s.removesuffix('_again') not in self.readonly
+    ]
+    if inputs and rng.random() < 0.4:  # a view of an input (or the input)
+      src = rng.choice(inputs)
       views.append((rng.choice((src, f'{src}[0]', f'{src}.unsqueeze(0)')), 1))
     rng.shuffle(views)
     outs += [expr for expr, _ in views]
@@ -441,7 +671,98 @@ class Program:
     for i in reversed(range(len(self.body))):
       donated = re.match(r'DONATE\((\w+), True\)$', self.body[i])
       if donated:
-        self.body.insert(i + 1, f'{donated.group(1)}.add_(0.0)')
+        self._insert(rng, f'{donated.group(1)}.add_(0)', i + 1)
+
+  def _tokens(self, rng):
+    """A write of tokens whose count changes from call to call (dynamic)."""
+    self.dynamic = rng.choice((True, None))  # None: mark_dynamic only
+    names = [
+        n for n in self.writable()
+        if self.shapes[n] and self.shapes[n][0] >= 2 and
+        n.removesuffix('_again') not in self.other_shape.keys() | self.ints
+    ]
+    if not names:
+      return
+    name = rng.choice(names)
+    shape = self.shapes[name]
+    marked = self.dynamic is None or rng.random() < 0.5
+    # maybe_: no ConstraintViolationError where dynamo specializes the size
+    mark = rng.choice(('mark_dynamic', 'maybe_mark_dynamic'))
+    sizes = list(range(1 + marked, shape[0] + 1))
+    first = rng.randrange(len(sizes))
+    kind = rng.choice(('slice', 'narrow', 'tail', 'index_copy'))
+    for call in range(self.steps.count('compiled')):
+      n = sizes[(first + call) % len(sizes)]
+      made = [f'tok{call} = values{(n,) + shape[1:]}.to(device)']
+      if kind == 'index_copy':
+        rows = rng.sample(range(shape[0]), n)
+        made.append(f'pos{call} = torch.tensor({rows}, device=device)')
+      for tensor in made:
+        self.setup.append(tensor)
+        if marked:
+          self.setup.append(f'torch._dynamo.{mark}({tensor.split()[0]}, 0)')
+    self.args.append('tok{call}')
+    self.params.append('tok')
+    if kind == 'index_copy':
+      self.args.append('pos{call}')
+      self.params.append('pos')
+    self._insert(
+        rng, {
+            'slice': f'{name}[:tok.shape[0]] = tok * 2',
+            'narrow': f'{name}.narrow(0, 0, tok.size(0)).add_(tok)',
+            'tail': f'{name}[{name}.shape[0] - tok.shape[0]:] = tok - 1',
+            'index_copy': f'{name}.index_copy_(0, pos, tok * 3)',
+        }[kind])
+    views = [(p, d) for p in self.params if p in self.exprs
+             for d, s in enumerate(self.shapes[p]) if s >= 2]
+    if views and rng.random() < 0.4:  # a view marked dynamic
+      self.setup.append(f'torch._dynamo.{mark}(%s, %d)' % rng.choice(views))
+
+  def _retake(self, rng, bases, views):
+    """retake: views taken again after each call, syncs, a graph break in
+    fn, a pending eager read of a view whose base a call donates."""
+    self.sync = rng.choice(('step', 'end', None))
+    if not self.inside:
+      self.retake = [
+          f"t['{v}'] = " + re.sub(r'^(\w+)', r"t['\1']", self.exprs[v])
+          for v in views
+          if v not in self.static
+      ]
+    writes = [
+        i for i, s in enumerate(self.body)
+        if not s.startswith(('DONATE', 'return', 'count', 'y =', 'out'))
+    ]
+    names = self.writable()
+    if writes and names and rng.random() < 0.6:  # a graph break between
+      name, other = rng.choice(names), rng.choice(names)
+      at = rng.choice(writes) + 1
+      self._insert(rng, self._mutation(rng, name), at)
+      item = (f'int({other}.sum().item()) % 3' if name.removesuffix('_again')
+              in self.ints else f'{other}.sum().item() / 64')
+      self._insert(
+          rng,
+          rng.choice(('torch._dynamo.graph_break()', f'{name}.add_({item})')),
+          at)
+    donated = [
+        re.match(r'DONATE\((\w+)', s)[1]
+        for s in self.body
+        if s.startswith('DONATE')
+    ]
+    if donated and rng.random() < 0.7:  # read while its base is donated
+      name = rng.choice(donated).removesuffix('_again')
+      base = re.match(r'\w+', self.exprs.get(name, name))[0]
+      near = [v for v in views if re.match(r'\w+', self.exprs[v])[0] == base]
+      near = (near or [base]) if base in bases else views
+      name = rng.choice(near)
+      self.pending.append(f"t['pending'] = t['{name}']" +
+                          rng.choice(('.clone()', ' * 2')))
+      self.setup.append('pending = None')
+    steps = []
+    for kind in self.steps:
+      steps += ['pending'] if kind == 'compiled' and self.pending else []
+      steps.append(kind)
+      steps += ['retake'] if kind == 'compiled' and self.retake else []
+    self.steps = steps
 
   @staticmethod
   def _toggle(rng, shape):
@@ -466,56 +787,75 @@ class Program:
     other[d0], other[d1] = other[d1], other[d0]
     return f'{{0}}.transpose_({d0}, {d1})', tuple(other)
 
-  @staticmethod
-  def _view_op(rng, shape, contiguous):
-    if not shape:
+  def _view_op(self, rng, expr, shape, contiguous, is_int):
+    """A view of `expr`: (its expression, shape, contiguous, kind) or None."""
+    n = len(shape)
+    if not n:
       return None
-    choices = ['select', 'narrow', 'unbind']
-    if len(shape) >= 2:
-      choices += ['transpose', 't'] if len(shape) == 2 else ['transpose']
-      if contiguous:
-        choices += ['flatten', 'view']
-    kind = rng.choice(choices)
-    dim = rng.randrange(len(shape))
+    kinds = ['select', 'narrow', 'unbind'
+            ] + (['transpose'] if n >= 2 else []) + (['t'] if n == 2 else [])
+    if n >= 2 and contiguous:
+      kinds += ['flatten', 'view']
+    if self.viewkinds:
+      kinds += ['expand', 'narrow', 'dtype'] + (['diagonal'] if n >= 2 else [])
+    kind = rng.choice(kinds)
+    dim = rng.randrange(n)
+    lead = all(s == 1 for s in shape[:dim])  # whether dim keeps contiguity
+    rest = shape[:dim] + shape[dim + 1:]
     if kind in ('select', 'unbind'):
-      index = rng.randrange(shape[dim])
-      expr = ('{}.select({}, {})' if kind == 'select' else '{}.unbind({})[{}]')
-      new_shape = shape[:dim] + shape[dim + 1:]
-      keeps = all(s == 1 for s in shape[:dim])
-      return lambda e, s, c: (expr.format(e, dim, index), new_shape, c and keeps
-                             )
+      i = rng.randrange(shape[dim])
+      return (f'{expr}.select({dim}, {i})' if kind == 'select' else
+              f'{expr}.unbind({dim})[{i}]'), rest, contiguous and lead, kind
     if kind == 'narrow':
       length = rng.randint(1, shape[dim])
       start = rng.randint(0, shape[dim] - length)
-      new_shape = shape[:dim] + (length,) + shape[dim + 1:]
-      keeps = length == shape[dim] or all(s == 1 for s in shape[:dim])
-      return lambda e, s, c: (f'{e}.narrow({dim}, {start}, {length})',
-                              new_shape, c and keeps)
-    if kind in ('transpose', 't'):
-      d0, d1 = (0, 1) if kind == 't' else rng.sample(range(len(shape)), 2)
-      s = list(shape)
-      s[d0], s[d1] = s[d1], s[d0]
-      expr = '{}.t()' if kind == 't' else '{}.transpose({}, {})'
-      return lambda e, _, c: (expr.format(e, d0, d1), tuple(s), False)
+      return (f'{expr}.narrow({dim}, {start}, {length})',
+              shape[:dim] + (length,) + shape[dim + 1:], contiguous and
+              (lead or length == shape[dim]), kind)
+    if kind in ('transpose', 't', 'diagonal'):
+      d0, d1 = (0, 1) if kind == 't' else rng.sample(range(n), 2)
+      if kind == 'diagonal':
+        if n >= 3 and (d0, d1) == (0, 1):  # torch_xla's is wrong, even eager
+          d0, d1 = 1, 0
+        offset = rng.randint(1 - shape[d0], shape[d1] - 1)
+        size = min(shape[d0] + min(offset, 0), shape[d1] - max(offset, 0))
+        return (f'{expr}.diagonal({offset}, {d0}, {d1})',
+                tuple(s for i, s in enumerate(shape) if i not in (d0, d1)) +
+                (size,), False, kind)
+      swapped = list(shape)
+      swapped[d0], swapped[d1] = shape[d1], shape[d0]
+      return (f'{expr}.t()' if kind == 't' else
+              f'{expr}.transpose({d0}, {d1})'), tuple(swapped), False, kind
     if kind == 'flatten':
-      start = rng.randrange(len(shape) - 1)
-      end = rng.randrange(start + 1, len(shape))
-      n = 1
-      for size in shape[start:end + 1]:
-        n *= size
-      new_shape = shape[:start] + (n,) + shape[end + 1:]
-      return lambda e, s, c: (f'{e}.flatten({start}, {end})', new_shape, c)
-    n = 1
-    for size in shape:
-      n *= size
-    return lambda e, s, c: (f'{e}.view({n})', (n,), c)
+      start = rng.randrange(n - 1)
+      end = rng.randrange(start + 1, n)
+      return (f'{expr}.flatten({start}, {end})', shape[:start] +
+              (math.prod(shape[start:end + 1]),) + shape[end + 1:], contiguous,
+              kind)
+    if kind == 'view':
+      return f'{expr}.view({math.prod(shape)})', (
+          math.prod(shape),), contiguous, kind
+    if kind == 'expand':  # read only: its elements share memory
+      d = rng.randint(0, n)
+      new = shape[:d] + (rng.randint(2, 3),) + shape[d:]
+      return f'{expr}.unsqueeze({d}).expand{new}', new, False, kind
+    dtype = 'float32' if is_int else 'int32'  # the same bytes
+    return f'{expr}.view(torch.{dtype})', shape, contiguous, kind
 
   def _mutation(self, rng, name):
     """A statement of fn that writes into the tensor `name`."""
     shape = self.shapes[name]
-    root = name[:-len('_again')] if name.endswith('_again') else name
+    root = name.removesuffix('_again')
     src = f'x_{root}' if f'x_{root}' in self.params else None
-    kinds = ['mul', 'fill', 'add_scalar']
+    if root in self.ints:  # float32 data seen as int32: writes of bits
+      return f'{name}.' + rng.choice(
+          ['add_(1)', 'zero_()', 'bitwise_xor_(-2147483648)'] +
+          ([f'copy_({src}.view(torch.int32))']
+           if src and root not in self.other_shape else []))
+    kinds = ['mul', 'fill', 'add_scalar'] + ['read'] * bool(self.readonly)
+    partner = self.partner.get(root)
+    if partner and not {root, partner} & set(self.other_shape):
+      kinds += ['cross', 'cross']
     if root in self.other_shape:  # fn sees two shapes: writes that fit both
       if src and broadcasts(shape, self.other_shape[root]):
         kinds += ['add', 'copy']
@@ -523,6 +863,8 @@ class Program:
       kinds += ['add', 'copy']
       if shape:
         kinds += ['index_copy', 'index_copy', 'setitem', 'index_put']
+        if self.setitem:
+          kinds += ['broadcast'] * 4
         if 'index' in self.families:
           kinds += ['setitem_index']
         if 'rows' in self.families:
@@ -532,6 +874,8 @@ class Program:
         if self.row_dim is not None:  # a KV cache: mostly whole-row writes
           kinds += (['slots'] * 3 if self.row_dim == 0 else
                     ['index_copy', 'slice_rows', 'slice_copy'] * 2)
+    elif shape and self.setitem:
+      kinds += ['broadcast'] * 2
     kind = rng.choice(kinds)
     if kind == 'mul':
       return f'{name}.mul_({rng.choice((2.0, -0.5, 3.0))})'
@@ -539,6 +883,11 @@ class Program:
       return f'{name}.fill_({rng.choice((0.0, 1.5, -2.0))})'
     if kind == 'add_scalar':
       return f'{name}.add_({rng.choice((1.0, -3.0))})'
+    if kind == 'read':  # of a read-only (expanded) view
+      return f'{name}.add_({rng.choice(sorted(self.readonly))}.sum() * 0.25)'
+    if kind == 'cross':  # reads the view it overlaps: a copy first
+      return f'{name}.' + rng.choice(
+          (f'copy_({partner} * -0.5)', f'add_({partner} * 2)'))
     if kind == 'add':
       return f'{name}.add_({src})'
     if kind == 'copy':
@@ -547,6 +896,8 @@ class Program:
       start = rng.randrange(shape[-1])
       stop = rng.randint(start + 1, shape[-1])
       return f'{name}[..., {start}:{stop}] = {src}[..., {start}:{stop}] + 1'
+    if kind == 'broadcast':
+      return self._broadcast(rng, name, shape, src)
     if kind == 'slots':  # vLLM: key_cache.flatten(0, 1).index_copy_(0, ...)
       flat = f'{name}.flatten(0, 1)'
       index = self._index(rng, name, shape[0] * shape[1], True)
@@ -574,6 +925,28 @@ class Program:
     rows = ', '.join(':' if d != dim else ':{}' for d in range(len(shape)))
     return self._indexed(f'{name}.index_copy_({dim}, {{}}, {{}})', name, dim,
                          index, f'{src}[{rows}] * 2')
+
+  @staticmethod
+  def _broadcast(rng, name, shape, src):
+    """`name[key] = value`, value broadcast to the region (setitem)."""
+    a = rng.randrange(shape[0])
+    b = rng.randint(a + 1, shape[0])
+    c = rng.randrange(shape[-1])
+    d = rng.randint(c + 1, shape[-1])
+    key, region = rng.choice(
+        ((f'[{a}]', shape[1:]), (f'[{a}:{b}]', (b - a,) + shape[1:]),
+         (f'[..., {c}:{d}]', shape[:-1] + (d - c,))))
+    whole = src or name
+    values = [
+        rng.choice(('-1.5', '2.0', '0.25')), f'{whole}.sum() / 10',
+        f'{whole}[{", ".join("0" * len(shape))}]'
+    ]
+    if src and region:  # fewer dims, leading unit dims, a trailing one
+      values += [
+          f'{src}{key}[0]', f'{src}{key}[:1]', f'{src}{key}[None]',
+          f'{src}{key}[..., :1] * 2', f'{src}{key}[None, :1]'
+      ]
+    return f'{name}{key} = {rng.choice(values)}'
 
   def _index(self, rng, name, size, int64):
     """An index of distinct rows of `size`, maybe ending with pad slots
@@ -614,31 +987,31 @@ class Program:
     return (f'i, s = in_range({view}, {dim}, {index}, {src}); ' +
             write.format('i', 's'))
 
-  def script(self, setup=None, body=None, eager=None, steps=None, after=None):
-    setup = self.setup if setup is None else setup
-    after = self.after if after is None else after
-    body = self.body if body is None else body
-    eager = self.eager if eager is None else eager
-    steps = self.steps if steps is None else steps
-    names = [s.split(' = ')[0] for s in setup if ' = ' in s]
+  def script(self, **parts):
+    """The program as a standalone script; `parts` (of PARTS) replace the
+    program's own."""
+    p = {k: parts.get(k, getattr(self, k)) for k in PARTS}
+    names = [s.split(' = ')[0] for s in p['setup'] if ' = ' in s]
+    families = ', '.join(sorted(self.drawn)) or 'none'
     lines = [
-        f'# fuzz_views.py program, seed {self.seed}' +
+        f'# fuzz_views.py program, seed {self.seed}, families: {families}' +
         ('' if self.families == FAMILIES else
          f' (--families "{",".join(self.families)}")'),
-        HARNESS.strip(), ''
+        HARNESS.strip(), '', '', 'def setup(device):'
     ]
-    lines += ['', 'def setup(device):']
-    lines += [f'  {s}' for s in setup]
+    lines += [f'  {s}' for s in p['setup']]
     lines += ['  return dict(' + ', '.join(f'{n}={n}' for n in names) + ')']
     lines += ['', '', f'def fn({", ".join(self.params)}):']
-    lines += [f'  {s}' for s in body] or ['  pass']
-    lines += ['', '', 'def eager(t):']
-    lines += [f'  {s}' for s in eager] or ['  pass']
-    lines += ['', '', 'def after(outs):']
-    lines += [f'  {s}' for s in after] or ['  pass']
+    lines += [f'  {s}' for s in p['body']] or ['  pass']
+    for name in ('eager', 'retake', 'pending', 'after'):
+      if name in p['steps'] or name == 'after':
+        lines += ['', '', f'def {name}({"outs" if name == "after" else "t"}):']
+        lines += [f'  {s}' for s in p[name]] or ['  pass']
     lines += [
         '', '', f'ARGS = {self.args!r}', f'STATIC = {self.static!r}',
-        f'GRAD = {self.grad!r}', f'STEPS = {steps!r}'
+        f'GRADS = {self.grads!r}', f'STEPS = {p["steps"]!r}',
+        f'DYNAMIC = {self.dynamic!r}', f'NOGRAD = {self.nograd!r}',
+        f'INFERENCE = {self.inference!r}', f'SYNC = {self.sync!r}'
     ]
     return '\n'.join(lines) + MAIN
 
@@ -677,12 +1050,26 @@ def classify(line):
   return 'error'
 
 
-def same_failure(outcome, line):
+def same_failure(outcome, detail):
   """What a shrunk program must keep: the outcome, and for an error the
   exception and the start of its message (numbers aside)."""
   if outcome not in ('error', 'unsupported'):
     return outcome
-  return outcome + ': ' + re.sub(r'\d+', 'N', line)[:70]
+  return outcome + ': ' + re.sub(r'\d+', 'N', detail)[:70]
+
+
+def verdict(stock, series, pending_deleted=False):
+  """A program's verdict (see the module's doc) from its outcomes, and
+  whether it has a pending read and the series failed on a deleted buffer."""
+  if 'invalid' in (stock, series):
+    return 'invalid'
+  if series == 'mismatch':
+    return 'silent'
+  if stock == 'ok':
+    if series == 'ok':
+      return 'ok'
+    return 'limit' if pending_deleted else 'regression'
+  return 'fixed' if series in ('ok', 'unsupported') else 'both'
 
 
 def run_source(source, name):
@@ -703,228 +1090,308 @@ def run_source(source, name):
     return classify(detail), detail[:300]
 
 
-def child(seeds, families):
-  """Runs programs in this process, one JSON line per program."""
-  for seed in seeds:
-    print(f'START {seed}', flush=True)
-    outcome, detail = run_source(
-        Program(seed, families).script(), f'fuzz_views_{seed}')
-    print('RESULT ' +
-          json.dumps(dict(seed=seed, outcome=outcome, detail=detail)),
-          flush=True)
+def serve():
+  """--worker: imports torch_xla, then forks a runner that runs the scripts
+  sent on stdin (a JSON line each, answered by a RESULT line) until one is
+  not ok; the next runs in a new runner, forked from this process that ran
+  none.  A runner that dies is answered by a DEAD line."""
+  results = os.fdopen(os.dup(1), 'w')
+  os.dup2(2, 1)  # what the programs print is not ours
+  import torch  # noqa: F401
+  import torch._dynamo  # noqa: F401
+  import torch_xla._dynamo.dynamo_bridge  # noqa: F401
+  runs = 0
+  while True:
+    pid = os.fork()
+    if pid == 0:
+      while line := sys.stdin.readline():
+        runs += 1
+        outcome, detail = run_source(json.loads(line), f'fuzz_views_{runs}')
+        results.write('RESULT ' + json.dumps([outcome, detail]) + '\n')
+        results.flush()
+        if outcome != 'ok':
+          os._exit(3)
+      os._exit(0)
+    status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if status == 0:  # stdin closed
+      return
+    if status != 3:
+      results.write(f'DEAD {status}\n')
+      results.flush()
 
 
-def worker():
-  """Runs the scripts sent on stdin (JSON lines), a JSON line for each."""
-  for n, line in enumerate(sys.stdin):
-    result = run_source(json.loads(line), f'fuzz_views_trial{n}')
-    print('RESULT ' + json.dumps(result), flush=True)
+class Child:
+  """A --worker process of one build, started on first use and again after
+  it hangs: run(source) -> (outcome, detail)."""
 
+  def __init__(self, build):
+    self.build, self.proc = build, None
 
-def run_batches(seeds, families, batch, jobs, env):
-  """Runs seeds in child processes; yields a result dict per seed."""
-  pending = collections.deque(
-      seeds[i:i + batch] for i in range(0, len(seeds), batch))
-  running = []
-  while pending or running:
-    while pending and len(running) < jobs:
-      chunk = pending.popleft()
-      proc = subprocess.Popen([
-          sys.executable, __file__, '--families', ','.join(families), '--child'
-      ] + [str(s) for s in chunk],
-                              stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL,
-                              text=True,
-                              env=env)
-      running.append((proc, chunk))
-    proc, chunk = running.pop(0)
-    out, _ = proc.communicate()
-    done = set()
-    for line in out.splitlines():
-      if line.startswith('RESULT '):
-        result = json.loads(line[7:])
-        done.add(result['seed'])
-        yield result
-    left = [s for s in chunk if s not in done]
-    if left:  # the child died while running left[0]
-      yield dict(seed=left[0],
-                 outcome='dead',
-                 detail=f'child exited with status {proc.returncode}')
-      if left[1:]:
-        pending.appendleft(left[1:])
-
-
-def run_script(source, env):
-  """same_failure() of a run of `source` alone, in a new process."""
-  try:
-    proc = subprocess.run([sys.executable, '-c', source],
-                          capture_output=True,
-                          text=True,
-                          env=env,
-                          timeout=600)
-  except subprocess.TimeoutExpired:
-    return 'timeout'
-  if proc.returncode == 0:
-    return 'ok'
-  if proc.returncode < 0:
-    return 'dead'
-  line = failure(proc.stderr)
-  return same_failure(classify(line), line)
-
-
-class Worker:
-  """Runs scripts in a child process that imports torch_xla once (a new
-  child after one dies): same_failure() of each run."""
-
-  def __init__(self, env):
-    self.env, self.proc = env, None
-
-  def __call__(self, source, timeout=600):
+  def run(self, source):
     if self.proc is None:
-      self.proc = subprocess.Popen([sys.executable, __file__, '--worker'],
+      python, env = BUILDS[self.build]
+      self.proc = subprocess.Popen([python, __file__, '--worker'],
                                    stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE,
                                    stderr=subprocess.DEVNULL,
                                    bufsize=0,
-                                   env=self.env)
-    self.proc.stdin.write(json.dumps(source).encode() + b'\n')
-    while select.select([self.proc.stdout], [], [], timeout)[0]:
+                                   env=env,
+                                   start_new_session=True)
+    try:
+      self.proc.stdin.write(json.dumps(source).encode() + b'\n')
+    except BrokenPipeError:
+      pass
+    line = None
+    if select.select([self.proc.stdout], [], [], TIMEOUT)[0]:
       line = self.proc.stdout.readline().decode()
-      if not line:
-        break
       if line.startswith('RESULT '):
-        return same_failure(*json.loads(line[7:]))
-    died = self.proc.poll() is not None
+        return tuple(json.loads(line[7:]))
+      if line.startswith('DEAD '):
+        return 'dead', f'the process exited with status {line[5:].strip()}'
     self.close()
-    return 'dead' if died else 'timeout'
+    return 'dead', 'timeout' if line is None else 'the worker exited'
 
   def close(self):
     if self.proc is not None:
-      self.proc.kill()
+      try:  # the worker and its runner, by their process group
+        os.killpg(self.proc.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
       self.proc.wait()
       self.proc = None
 
 
-def shrink(program, target, run, budget=60):
-  """Drops statements while the script still fails the same way (`target`,
-  from same_failure()) when given to `run`."""
-  parts = dict(setup=list(program.setup),
-               body=list(program.body),
-               eager=list(program.eager),
-               steps=list(program.steps),
-               after=list(program.after))
+class Pool:
+  """Runs scripts on the builds in `jobs` threads, each with a Child per
+  build: map(f, items) calls f(run, item) in them, run(build, source) ->
+  (outcome, detail)."""
+
+  def __init__(self, jobs):
+    self.local, self.children = threading.local(), []
+    self.threads = concurrent.futures.ThreadPoolExecutor(jobs)
+
+  def run(self, build, source):
+    if not hasattr(self.local, 'children'):
+      self.local.children = {b: Child(b) for b in BUILDS}
+      self.children += self.local.children.values()
+    return self.local.children[build].run(source)
+
+  def map(self, f, items):
+    return self.threads.map(lambda item: f(self.run, item), items)
+
+  def close(self):
+    self.threads.shutdown()
+    for child in self.children:
+      child.close()
+
+
+def build_envs():
+  """{build: (python, environment)}: what `tools/apply_and_test.sh
+  [--unpatched] --run` gives a command, for stock torch_xla and the
+  series."""
+  env = dict(os.environ, PJRT_DEVICE=os.environ.get('PJRT_DEVICE', 'CPU'))
+  env.pop('PYTHONPATH', None)  # apply_and_test.sh's, if it started us
+  tool = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                      'apply_and_test.sh')
+  show = 'import json, os, sys; print(json.dumps([sys.executable, {**os.environ}]))'
+  for build, options in (('stock', ['--unpatched']), ('series', [])):
+    proc = subprocess.run([tool, *options, '--run', 'python', '-c', show],
+                          env=env,
+                          capture_output=True,
+                          text=True)
+    if proc.returncode:
+      sys.exit(f'fuzz_views: apply_and_test.sh {" ".join(options)} failed:\n'
+               f'{proc.stderr}')
+    BUILDS[build] = tuple(json.loads(proc.stdout.splitlines()[-1]))
+
+
+def commits():
+  """{build: the commit of the torch_xla checkout it runs}."""
+  return {
+      b:
+          subprocess.run([
+              'git', '-C', env['PYTHONPATH'].split(os.pathsep)[-1], 'rev-parse',
+              '--short', 'HEAD'
+          ],
+                         capture_output=True,
+                         text=True).stdout.strip()
+      for b, (_, env) in BUILDS.items()
+  }
+
+
+def run_alone(build, source):
+  """(outcome, detail) of `source` run alone, in a new process."""
+  python, env = BUILDS[build]
+  try:
+    proc = subprocess.run([python, '-c', source],
+                          capture_output=True,
+                          text=True,
+                          env=env,
+                          timeout=TIMEOUT)
+  except subprocess.TimeoutExpired:
+    return 'dead', 'timeout'
+  if proc.returncode == 0:
+    return 'ok', ''
+  if proc.returncode < 0:
+    return 'dead', f'the process exited with status {proc.returncode}'
+  line = failure(proc.stderr)
+  return classify(line), line[:300]
+
+
+def shrink(program, target, run, budget=80):
+  """The script of `program` with statements dropped while it still fails
+  the same way (`target`, from same_failure()) when given to `run`."""
+  parts = {k: list(getattr(program, k)) for k in PARTS}
   progress = True
   while progress and budget > 0:
     progress = False
-    for key in ('body', 'eager', 'after', 'steps', 'setup'):
+    for key in PARTS:
       i = 0
       while i < len(parts[key]) and budget > 0:
         trial = dict(parts, **{key: parts[key][:i] + parts[key][i + 1:]})
-        if key == 'steps' and 'compiled' not in trial['steps']:
-          i += 1
-          continue
-        budget -= 1
-        if run(program.script(**trial)) == target:
-          parts, progress = trial, True
-        else:
-          i += 1
+        if 'compiled' in trial['steps']:
+          budget -= 1
+          if same_failure(*run(program.script(**trial))) == target:
+            parts, progress = trial, True
+            continue
+        i += 1
   return program.script(**parts)
+
+
+def reproduce(run, program, result, shrunk):
+  """The report of a failing program, shrunk on the build that fails, then
+  run alone on both builds (also put into `result`)."""
+  build = 'stock' if result['stock']['outcome'] == 'invalid' else 'series'
+  source = program.script()
+  if shrunk:
+    target = same_failure(result[build]['outcome'], result[build]['detail'])
+    source = shrink(program, target, lambda s: run(build, s))
+  alone = {b: run_alone(b, source) for b in BUILDS}
+  result.update(reproducer=source, alone=alone)
+  header = (f"===== seed {result['seed']}: {result['verdict']} "
+            f"({', '.join(result['families']) or 'no family'}) =====\n" +
+            ''.join(f"{b}: {result[b]['outcome']} {result[b]['detail']}\n"
+                    for b in BUILDS) +
+            (f'shrunk on the {build}; ' if shrunk else '') + 'run alone: ' +
+            '; '.join(f'{b} {" ".join(alone[b])}'.strip() for b in BUILDS))
+  return f'{header}\n{source}'
+
+
+def table(results):
+  """Markdown tables: the verdicts per family, the outcomes per build."""
+  head = ['family', 'programs', *VERDICTS, 'dead stock', 'dead series']
+  lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
+  groups = [('all', results)] + [
+      (f, [r for r in results if f in r['families']]) for f in FAMILIES
+  ] + [('none', [r for r in results if not r['families']])]
+  for name, group in groups:
+    counts = collections.Counter(r['verdict'] for r in group)
+    dead = [sum(r[b]['outcome'] == 'dead' for r in group) for b in BUILDS]
+    lines.append('| ' + ' | '.join(
+        map(str, [name, len(group), *(counts[v] for v in VERDICTS), *dead])) +
+                 ' |')
+  kinds = ('ok', 'mismatch', 'error', 'unsupported', 'dead', 'invalid')
+  lines += ['', '| build | ' + ' | '.join(kinds) + ' |', '|---|' + '---|' * 6]
+  for b in BUILDS:
+    counts = collections.Counter(r[b]['outcome'] for r in results)
+    lines.append(f'| {b} | ' + ' | '.join(str(counts[k]) for k in kinds) + ' |')
+  return '\n'.join(lines)
 
 
 def main():
   parser = argparse.ArgumentParser(
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument('--seed', type=int, default=0, help='first seed')
-  parser.add_argument('--count', type=int, default=100, help='programs')
-  parser.add_argument('--long', action='store_true', help='1000 programs')
-  parser.add_argument('--jobs', type=int, default=2, help='child processes')
-  parser.add_argument('--batch',
-                      type=int,
-                      default=25,
-                      help='programs per child process')
-  parser.add_argument('--show',
-                      type=int,
-                      metavar='SEED',
-                      help='print the script of one program and exit')
-  parser.add_argument('--no-shrink',
-                      action='store_true',
-                      help='print failing programs unshrunk')
-  parser.add_argument('--max-reports',
-                      type=int,
-                      default=5,
-                      help='reproducers to print per outcome')
-  parser.add_argument('--unsupported',
-                      action='store_true',
-                      help='print reproducers of unsupported programs too')
-  parser.add_argument('--families',
-                      default=','.join(FAMILIES),
-                      help='the families that programs may have, of '
-                      f'{",".join(FAMILIES)} (default: all; "" for none)')
-  parser.add_argument('--json', help='write the results to this file')
-  parser.add_argument('--save',
-                      metavar='DIR',
-                      help='write each reproducer to DIR/fuzz_fail_SEED.py')
-  parser.add_argument('--child', nargs='+', type=int, help=argparse.SUPPRESS)
-  parser.add_argument('--worker', action='store_true', help=argparse.SUPPRESS)
+  add = parser.add_argument
+  add('--seed', type=int, default=0, help='first seed')
+  add('--count', type=int, default=100, help='programs')
+  add('--long', action='store_true', help='2000 programs')
+  add('--jobs', type=int, default=2, help='programs run at once')
+  add('--show', type=int, metavar='SEED', help='print a program and exit')
+  add('--no-shrink', action='store_true', help='print reproducers unshrunk')
+  add('--max-reports', type=int, default=10, help='reproducers per verdict')
+  add('--families',
+      default=','.join(FAMILIES),
+      help='the families programs may have (default: all; "" for none)')
+  add('--json', help='write the results to this file')
+  add('--save', metavar='DIR', help='write reproducers to DIR/fuzz_fail_N.py')
+  add('--worker', action='store_true', help=argparse.SUPPRESS)
   args = parser.parse_args()
   families = tuple(f for f in args.families.split(',') if f)
   if set(families) - set(FAMILIES):
     parser.error(f'--families: unknown {set(families) - set(FAMILIES)}')
-  if args.child:
-    child(args.child, families)
-    return 0
   if args.worker:
-    worker()
+    serve()
     return 0
   if args.show is not None:
     print(Program(args.show, families).script())
     return 0
 
-  count = 1000 if args.long else args.count
-  env = dict(os.environ)
-  env.setdefault('PJRT_DEVICE', 'CPU')
-  seeds = list(range(args.seed, args.seed + count))
-  results = []
-  for result in run_batches(seeds, families, args.batch, args.jobs, env):
-    results.append(result)
-    if result['outcome'] != 'ok':
-      print(f"seed {result['seed']}: {result['outcome']}: {result['detail']}",
+  start = time.time()
+  build_envs()
+  tested = commits()
+  print(
+      f'fuzz_views: stock at {tested["stock"]}, the series at '
+      f'{tested["series"]}',
+      flush=True)
+  count = 2000 if args.long else args.count
+  programs = [Program(s, families) for s in range(args.seed, args.seed + count)]
+  pool = Pool(args.jobs)
+  runs = pool.map(lambda run, job: run(*job),
+                  [(b, p.script()) for p in programs for b in BUILDS])
+  results, reported, failing = [], collections.Counter(), []
+  for program in programs:
+    r = dict(seed=program.seed, families=sorted(program.drawn))
+    r.update((b, dict(zip(('outcome', 'detail'), next(runs)))) for b in BUILDS)
+    r['verdict'] = verdict(
+        r['stock']['outcome'], r['series']['outcome'],
+        bool(program.pending) and 'is deleted' in r['series']['detail'])
+    results.append(r)
+    if r['verdict'] not in ('ok', 'fixed'):
+      print(f"seed {r['seed']}: {r['verdict']}: " + '; '.join(
+          f"{b} {r[b]['outcome']} {r[b]['detail']}".strip() for b in BUILDS),
             flush=True)
-  results.sort(key=lambda r: r['seed'])
-  counts = collections.Counter(r['outcome'] for r in results)
-  reported = collections.Counter()
-  run = Worker(env)
-  for r in results:
-    if r['outcome'] == 'ok' or (r['outcome'] == 'unsupported' and
-                                not args.unsupported):
-      continue
-    if reported[r['outcome']] >= args.max_reports:
-      continue
-    reported[r['outcome']] += 1
-    program = Program(r['seed'], families)
-    source, note = program.script(), ''
-    if not args.no_shrink:
-      target = same_failure(r['outcome'], r['detail'])
-      source = shrink(program, target, run)
-      alone = run_script(source, env)  # shrunk in a process that ran others
-      if alone != target:
-        note = f' (but run alone: {alone})'
-    print(f"\n===== reproducer: seed {r['seed']} ({r['outcome']}){note} =====")
-    print(source)
+    if r['verdict'] in ('regression', 'silent',
+                        'invalid') and (reported[r['verdict']]
+                                        < args.max_reports):
+      reported[r['verdict']] += 1
+      failing.append((program, r))
+  limits = [(p, r) for p, r in zip(programs, results) if r['verdict'] == 'limit']
+  for (program, r), (outcome, _) in zip(  # a limit only if ok without the read
+      limits,
+      pool.map(lambda run, p: run('series', p.script(
+          steps=[s for s in p.steps if s != 'pending'])), [p for p, _ in limits])):
+    if outcome != 'ok':
+      r['verdict'] = 'regression'
+      print(f"seed {r['seed']}: regression: fails without its pending read too")
+  ran = time.time() - start
+  for (program, r), report in zip(
+      failing,
+      pool.map(lambda run, f: reproduce(run, *f, not args.no_shrink), failing)):
+    print('\n' + report, flush=True)
     if args.save:
-      with open(os.path.join(args.save, f"fuzz_fail_{r['seed']}.py"), 'w') as f:
-        f.write(source)
-  run.close()
+      with open(f'{args.save}/fuzz_fail_{program.seed}.py', 'w') as f:
+        f.write(r['reproducer'])
+  pool.close()
+  counts = collections.Counter(r['verdict'] for r in results)
+  summary = dict(programs=len(results), **{v: counts[v] for v in VERDICTS})
+  for b in BUILDS:
+    summary[f'dead {b}'] = sum(r[b]['outcome'] == 'dead' for r in results)
+  summary.update(seconds=round(ran),
+                 reproducing=round(time.time() - start - ran))
+  if commits() != tested:
+    print(f'fuzz_views: warning: the checkouts moved during the run '
+          f'({tested} -> {commits()})')
+  summary['commits'] = tested
+  print('\n' + table(results))
   if args.json:
     with open(args.json, 'w') as f:
-      json.dump(results, f, indent=1)
-  kinds = ['ok', 'mismatch', 'error', 'unsupported', 'dead']
-  summary = ', '.join(f'{counts[k]} {k}' for k in kinds +
-                      (['invalid'] if counts['invalid'] else []))
-  print(f'\nfuzz_views: {len(results)} programs (seeds {seeds[0]}..'
-        f'{seeds[-1]}): {summary}')
-  failed = sum(counts[k] for k in ('mismatch', 'error', 'dead', 'invalid'))
-  return 0 if failed == 0 else 1
+      json.dump(dict(summary=summary, programs=results), f, indent=1)
+  print(f'\nfuzz_views: {count} programs (seeds {args.seed}..'
+        f'{args.seed + count - 1}): ' +
+        ', '.join(f'{summary[k]} {k}' for k in list(summary)[1:-3]) +
+        f"; {summary['seconds']} s, reproducers {summary['reproducing']} s")
+  bad = ('regression', 'silent', 'invalid', 'dead series')
+  return 1 if any(summary[k] for k in bad) else 0
 
 
 if __name__ == '__main__':

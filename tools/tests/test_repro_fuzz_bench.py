@@ -6,13 +6,11 @@ built from the installed wheel, patched and (where it shows the bug)
 unpatched.
 """
 import json
-import os
-import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO_ROOT, TOOLS
+from conftest import REPO_ROOT
 
 
 @pytest.fixture
@@ -64,49 +62,6 @@ def test_repro_unpatched_shows_the_bug(run_tool):
   # (b) view/reshape views: runs, but kv_cache[1] never gets the values.
   assert rows[('view_reshape', 'compiled', 'kv_cache[1].reshape')] == 'WRONG'
   assert rows[('view_reshape', 'compiled', 'kv_cache')] == 'WRONG'
-
-
-def test_fuzzer_smoke_patched_no_failure(run_tool, tmp_path):
-  # The view programs without the families that go beyond what the series
-  # handles (metadata mutations, ...): no failure.
-  out = tmp_path / 'fuzz.json'
-  proc = run_tool('tools/fuzz_views.py', '--count', '40', '--families', '',
-                  '--json', str(out))
-  assert proc.returncode == 0
-  results = json.loads(out.read_text())
-  assert len(results) == 40
-  outcomes = {r['outcome'] for r in results}
-  assert outcomes <= {'ok', 'unsupported'}, [
-      r for r in results if r['outcome'] not in ('ok', 'unsupported')
-  ]
-
-
-def test_fuzzer_smoke_every_family(run_tool, tmp_path):
-  # Every family: whatever torch_xla does, every program is valid (CPU eager
-  # runs it) and the run ends with its summary line.
-  out = tmp_path / 'fuzz.json'
-  proc = run_tool('tools/fuzz_views.py', '--count', '20', '--max-reports',
-                  '0', '--json', str(out))
-  assert proc.returncode in (0, 1)
-  results = json.loads(out.read_text())
-  assert [r['seed'] for r in results] == list(range(20))
-  assert {r['outcome'] for r in results} <= {
-      'ok', 'mismatch', 'error', 'unsupported', 'dead'
-  }, [r for r in results if r['outcome'] == 'invalid']
-  assert proc.stdout.splitlines()[-1].startswith(
-      'fuzz_views: 20 programs (seeds 0..19): ')
-
-
-def test_fuzzer_reproducer_is_standalone(run_tool, tmp_path):
-  # A printed program runs on its own, with nothing of this project.
-  show = subprocess.run(
-      [sys.executable, os.path.join(TOOLS, 'fuzz_views.py'),
-       '--show', '7'], capture_output=True, text=True, check=True)
-  script = tmp_path / 'seed7.py'
-  script.write_text(show.stdout)
-  proc = run_tool(str(script), cwd=str(tmp_path))
-  assert proc.returncode == 0
-  assert proc.stdout.strip().endswith('ok')
 
 
 @pytest.mark.slow
