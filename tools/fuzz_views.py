@@ -58,8 +58,9 @@ verdict (and per build: ok, mismatch, error, unsupported, dead, invalid):
               NotImplementedError ('torch.compile(backend="openxla")...');
   regression  ok on stock, not ok on the series (an exception, that
               NotImplementedError, or a death);
-  silent      a silent mismatch on the series, whatever stock did;
-  both        not ok on both (the series raising or dying);
+  silent      a silent mismatch on the series, unless stock's is the same;
+  both        not ok on both: the series raising or dying, or the same
+              mismatch as stock's (the same tensor, by as much);
   limit       a regression of the documented limit: an eager read of a view
               still pending when a call donates its base fails at sync
               ('... is deleted') on the series, which donates the base, and
@@ -1058,13 +1059,14 @@ def same_failure(outcome, detail):
   return outcome + ': ' + re.sub(r'\d+', 'N', detail)[:70]
 
 
-def verdict(stock, series, pending_deleted=False):
-  """A program's verdict (see the module's doc) from its outcomes, and
-  whether it has a pending read and the series failed on a deleted buffer."""
+def verdict(stock, series, pending_deleted=False, same=False):
+  """A program's verdict (see the module's doc) from its outcomes, whether
+  it has a pending read and the series failed on a deleted buffer, and
+  whether both builds failed alike (the same message)."""
   if 'invalid' in (stock, series):
     return 'invalid'
   if series == 'mismatch':
-    return 'silent'
+    return 'both' if same and stock == 'mismatch' else 'silent'
   if stock == 'ok':
     if series == 'ok':
       return 'ok'
@@ -1344,7 +1346,8 @@ def main():
     r.update((b, dict(zip(('outcome', 'detail'), next(runs)))) for b in BUILDS)
     r['verdict'] = verdict(
         r['stock']['outcome'], r['series']['outcome'],
-        bool(program.pending) and 'is deleted' in r['series']['detail'])
+        bool(program.pending) and 'is deleted' in r['series']['detail'],
+        r['stock']['detail'] == r['series']['detail'])
     results.append(r)
     if r['verdict'] not in ('ok', 'fixed'):
       print(f"seed {r['seed']}: {r['verdict']}: " + '; '.join(

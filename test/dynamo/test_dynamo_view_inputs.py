@@ -669,6 +669,29 @@ class ViewAttributesTest(parameterized.TestCase):
       torch.testing.assert_close(out.cpu(), expected)
       torch.testing.assert_close(pool.cpu(), cpu_pool, rtol=0, atol=0)
 
+  def test_static_address_view_read_beside_a_written_view_input(self):
+    # A view attribute only read, of the base of a view input that is written
+    # and donated: lifted with it, so it reads its own element of the base.
+    def make(device):
+      base = torch.arange(8.).reshape(2, 4).to(device)
+      return base, base.narrow(1, 2, 1), base.view(8).unbind(0)[4]
+
+    base, written, read = make(torch_xla.device())
+    torch._dynamo.mark_static_address(read)
+    cpu_base, cpu_written, cpu_read = make('cpu')
+
+    def fn(written, read, x):
+      torch.ops.xla.dynamo_set_buffer_donor_(written, True)
+      written.add_(x)
+      return written.sum() + read.sum()
+
+    compiled = torch.compile(lambda w, x: fn(w, read, x), backend='openxla')
+    for step in range(2):
+      x = torch.full((2, 1), -3.0 + step)
+      out = compiled(written, x.to(torch_xla.device()))
+      torch.testing.assert_close(out.cpu(), fn(cpu_written, cpu_read, x))
+      torch.testing.assert_close(base.cpu(), cpu_base, rtol=0, atol=0)
+
   def test_static_address_view_changing_shape_is_refused(self):
     # Dynamo guards a static-address tensor by identity only: a graph traced
     # for its old shape must not run on the new one.

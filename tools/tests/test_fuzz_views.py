@@ -39,6 +39,8 @@ def test_verdicts():
   assert v('ok', 'dead') == 'regression'
   assert v('ok', 'error', True) == 'limit'
   assert v('mismatch', 'error', True) == 'both'
+  assert v('mismatch', 'mismatch', same=True) == 'both'
+  assert v('mismatch', 'mismatch') == 'silent'
   assert v('ok', 'mismatch') == v('error', 'mismatch') == 'silent'
   assert v('mismatch', 'error') == v('dead', 'dead') == 'both'
   assert v('invalid', 'invalid') == 'invalid'
