@@ -12,6 +12,7 @@ from absl.testing import parameterized
 import torch
 import torch._dynamo
 import torch_xla
+import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 
 
@@ -102,6 +103,7 @@ class ViewInputDataTest(parameterized.TestCase):
     met.clear_all()
     for _ in range(3):
       compiled(view)
+    xm.wait_device_ops()  # executions are counted when they finish
     self.assertEqual(met.metric_data('ExecuteTime')[0], 3)
     self.assertIsNone(met.counter_value('DynamoSyncInputExecuteTime'))
 

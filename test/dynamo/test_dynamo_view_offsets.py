@@ -96,6 +96,7 @@ class ViewOffsetsTest(parameterized.TestCase):
     for layer in layers:
       compiled(layer, *args)
     torch_xla.sync()
+    xm.wait_device_ops()  # executions are counted when they finish
     self.assertEqual(self.compiles(), 0)
     self.assertEqual(met.metric_data('ExecuteTime')[0], LAYERS)
 
