@@ -237,11 +237,22 @@ class OutputAliasingTest(parameterized.TestCase):
       out = x * 2
       return out.view(-1), out
 
+    def matmul(x, w):
+      out = (x @ w).mul(2)
+      return out.view(-1), *out.split(1), out[0]
+
     compiled = torch.compile(fn, backend='openxla', dynamic=True)
     for n in (2, 3, 5):
       x = torch.arange(4. * n).reshape(n, 4)
       for got, want in zip(compiled(x.to(torch_xla.device())), fn(x)):
         torch.testing.assert_close(got.cpu(), want)
+    x, w = _inputs('cpu', False)
+    x = x.t()
+    compiled = torch.compile(matmul, backend='openxla', dynamic=True)
+    for got, want in zip(
+        compiled(x.to(torch_xla.device()), w[:2, None].to(torch_xla.device())),
+        matmul(x, w[:2, None])):
+      torch.testing.assert_close(got.cpu(), want)
 
   def test_clone_of_a_written_input(self):
     # `x.clone()` has the XLA value of `x`'s update: both are outputs of the

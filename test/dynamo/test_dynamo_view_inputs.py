@@ -692,17 +692,53 @@ class ViewAttributesTest(parameterized.TestCase):
       torch.testing.assert_close(out.cpu(), fn(cpu_written, cpu_read, x))
       torch.testing.assert_close(base.cpu(), cpu_base, rtol=0, atol=0)
 
-  def test_static_address_view_changing_shape_is_refused(self):
-    # Dynamo guards a static-address tensor by identity only: a graph traced
-    # for its old shape must not run on the new one.
-    base = torch.zeros(2, 1, 3, device=torch_xla.device())
-    view = base[0]
-    torch._dynamo.mark_static_address(view)
-    compiled = torch.compile(lambda: view.add_(1).sum(), backend='openxla')
-    compiled()
-    view.squeeze_(0)
-    with self.assertRaisesRegex(NotImplementedError, 'changed shape in place'):
-      compiled()
+  def test_static_address_base_beside_its_view_passed_in(self):
+    # A static base is a graph attribute, its view an input, both written:
+    # the base is lifted with its view, as the same input.
+    def make(device):
+      base = torch.zeros(2, 4, 2, device=device)
+      return base, base.unbind(0)[1]
+
+    base, view = make(torch_xla.device())
+    torch._dynamo.mark_static_address(base)
+    cpu_base, cpu_view = make('cpu')
+
+    def fn(base, view, x):
+      base.copy_(x * -1)
+      view.mul_(3.0)
+      base[torch.tensor([0], device=x.device)] = x[:1] + 3
+
+    compiled = torch.compile(lambda v, x: fn(base, v, x), backend='openxla')
+    for step in range(2):
+      x = _values(2, 4, 2) + step
+      compiled(view, x.to(torch_xla.device()))
+      fn(cpu_base, cpu_view, x)
+      torch.testing.assert_close(base.cpu(), cpu_base, rtol=0, atol=0)
+      torch.testing.assert_close(view.cpu(), cpu_view, rtol=0, atol=0)
+
+  def test_static_address_view_changing_shape(self):
+    # Dynamo guards a static-address tensor by identity only: after a view of
+    # it changed shape in place, the graph is compiled for its new shape, as
+    # eager runs it (stock fails: "output with shape [3] doesn't match the
+    # broadcast shape [1, 3]"), or, if it cannot run on it, the call raises.
+    for name, fn in (('sum', lambda v: v.add_(1).sum()),
+                     ('index', lambda v: v.add_(1)[0, 1])):
+      with self.subTest(fn=name):
+        torch._dynamo.reset()
+        view = torch.zeros(2, 1, 3, device=torch_xla.device())[0]
+        cpu_view = torch.zeros(2, 1, 3)[0]
+        torch._dynamo.mark_static_address(view)
+        compiled = torch.compile(lambda: fn(view), backend='openxla')
+        torch.testing.assert_close(compiled().cpu(), fn(cpu_view))
+        view.squeeze_(0)
+        cpu_view.squeeze_(0)
+        if name == 'index':
+          with self.assertRaisesRegex(NotImplementedError,
+                                      'changed shape in place'):
+            compiled()
+          continue
+        torch.testing.assert_close(compiled().cpu(), fn(cpu_view))
+        torch.testing.assert_close(view.cpu(), cpu_view)
 
 
 def _run_in_subprocess(test, code, env):
@@ -752,6 +788,24 @@ class StockParityTest(parameterized.TestCase):
       out = compiled(x.to(device), w.to(device), buf)
       torch.testing.assert_close(out.cpu(), fn(x, w, cpu_buf))
     self.assertEqual(torch._dynamo.utils.counters['stats']['unique_graphs'], 1)
+
+  def test_dynamic_sizes_beside_a_lone_view(self):
+    # A graph with a written input and a lone view, which keeps the stock
+    # path: compiled in Dynamo's context, its sizes stay symbolic.
+    def fn(buf, view, tok):
+      buf.narrow(0, 0, tok.size(0)).add_(tok)
+      return view.sum() + buf.sum()
+
+    compiled = torch.compile(fn, backend='openxla', dynamic=True)
+    device = torch_xla.device()
+    buf, cpu_buf = torch.zeros(16, device=device), torch.zeros(16)
+    base = _values(2, 4)
+    view = base.to(device)[1]
+    for n in (8, 9, 10):
+      tok = _values(n)
+      out = compiled(buf, view, tok.to(device))
+      torch.testing.assert_close(out.cpu(), fn(cpu_buf, base[1], tok))
+      torch.testing.assert_close(buf.cpu(), cpu_buf)
 
   def test_read_only_aliased_views_take_the_stock_path(self):
 
