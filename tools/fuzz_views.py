@@ -1372,6 +1372,7 @@ def main():
       pool.map(lambda run, f: reproduce(run, *f, not args.no_shrink), failing)):
     print('\n' + report, flush=True)
     if args.save:
+      os.makedirs(args.save, exist_ok=True)
       with open(f'{args.save}/fuzz_fail_{program.seed}.py', 'w') as f:
         f.write(r['reproducer'])
   pool.close()

@@ -230,29 +230,35 @@ class OutputAliasingTest(parameterized.TestCase):
       for got, want in zip(list(outs) + [x], list(expected) + [x.cpu()]):
         torch.testing.assert_close(got.cpu(), want)
 
-  def test_symbolic_shapes_keep_stock_outputs(self):
-    # Outputs of symbolic shape are returned as stock returns them (`as_strided`
-    # on XLA takes concrete sizes): right values for each size.
+  def test_symbolic_shapes(self):
+    # Outputs of symbolic layout alias as in eager for every size: their
+    # layouts are evaluated for the sizes of each call.
     def fn(x):
       out = x * 2
-      return out.view(-1), out
+      return out.view(-1), out, out[1:].t()
 
     def matmul(x, w):
       out = (x @ w).mul(2)
-      return out.view(-1), *out.split(1), out[0]
+      return out, out.view(-1), *out.split(1), out[0]
 
     compiled = torch.compile(fn, backend='openxla', dynamic=True)
     for n in (2, 3, 5):
       x = torch.arange(4. * n).reshape(n, 4)
-      for got, want in zip(compiled(x.to(torch_xla.device())), fn(x)):
-        torch.testing.assert_close(got.cpu(), want)
+      got, want = compiled(x.to(torch_xla.device())), fn(x)
+      got[1].add_(100)
+      want[1].add_(100)
+      for g, w in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w)
     x, w = _inputs('cpu', False)
-    x = x.t()
     compiled = torch.compile(matmul, backend='openxla', dynamic=True)
-    for got, want in zip(
-        compiled(x.to(torch_xla.device()), w[:2, None].to(torch_xla.device())),
-        matmul(x, w[:2, None])):
-      torch.testing.assert_close(got.cpu(), want)
+    for x in (x.t(), torch.ones(5, 2)):
+      got = compiled(
+          x.to(torch_xla.device()), w[:2, None].to(torch_xla.device()))
+      want = matmul(x, w[:2, None])
+      got[0].add_(100)
+      want[0].add_(100)
+      for g, w2 in zip(got, want):
+        torch.testing.assert_close(g.cpu(), w2)
 
   def test_clone_of_a_written_input(self):
     # `x.clone()` has the XLA value of `x`'s update: both are outputs of the
