@@ -862,6 +862,22 @@ class StockParityTest(parameterized.TestCase):
     for xla, cpu in zip(*reversed(results)):
       torch.testing.assert_close(xla, cpu, rtol=0, atol=0)
 
+  def test_base_transposed_in_place_between_calls(self):
+    # A call is planned again when a tensor's ViewMeta sequence has changed,
+    # the base's included: views taken before `base.t_()` cannot be rebuilt
+    # from it, which is said, not reused from the first call's plan.
+    def fn(a, b):
+      a.mul_(2)
+      b.add_(1)
+
+    base = torch.arange(16.).view(4, 4).to(torch_xla.device())
+    a, b = base[0], base[2]
+    compiled = torch.compile(fn, backend='openxla')
+    compiled(a, b)
+    base.t_()
+    with self.assertRaisesRegex(NotImplementedError, 'pass the base'):
+      compiled(a, b)
+
   def test_donated_view_of_a_strided_base_that_requires_grad(self):
     # AOTAutograd writes a leaf that requires grad through an alias, under
     # no_grad: the base, itself a view of its storage after `as_strided_`,
