@@ -740,6 +740,30 @@ class ViewAttributesTest(parameterized.TestCase):
         torch.testing.assert_close(compiled().cpu(), fn(cpu_view))
         torch.testing.assert_close(view.cpu(), cpu_view)
 
+  def test_static_address_views_of_one_base_one_changing_shape(self):
+    # After `squeeze_` on one of two static views of one base, the graph for
+    # the new shape lifts them as the first one did.
+    def fn():
+      a.add_(1)
+      b.mul_(2)
+      return (a * b).sum()
+
+    results = []
+    for device in ('cpu', torch_xla.device()):
+      base = _values(2, 1, 3).to(device)
+      a, b = base[0], base[1]
+      torch._dynamo.reset()
+      if device != 'cpu':
+        torch._dynamo.mark_static_address(a)
+        torch._dynamo.mark_static_address(b)
+      f = torch.compile(fn, backend='openxla') if device != 'cpu' else fn
+      outs = [f()]
+      a.squeeze_(0)
+      outs += [f(), f()]
+      results.append([t.cpu() for t in outs + [base]])
+    for xla, cpu in zip(*reversed(results)):
+      torch.testing.assert_close(xla, cpu)
+
 
 def _run_in_subprocess(test, code, env):
   """Runs `code` in a new process (for settings read at start-up)."""
@@ -805,6 +829,25 @@ class StockParityTest(parameterized.TestCase):
       tok = _values(n)
       out = compiled(buf, view, tok.to(device))
       torch.testing.assert_close(out.cpu(), fn(cpu_buf, base[1], tok))
+      torch.testing.assert_close(buf.cpu(), cpu_buf)
+
+  def test_dynamic_sizes_beside_read_only_aliased_views(self):
+    # Aliased views keep the graph's stock path out of Dynamo's context (their
+    # overlap guards fail on XLA): it is compiled at the call for its sizes,
+    # once per sizes.
+    def fn(buf, a, b, tok):
+      buf.narrow(0, 0, tok.size(0)).add_(tok)
+      return (a * b).sum() + buf.sum()
+
+    compiled = torch.compile(fn, backend='openxla', dynamic=True)
+    device = torch_xla.device()
+    buf, cpu_buf = torch.zeros(16, device=device), torch.zeros(16)
+    base = _values(2, 4)
+    a, b = base.to(device).unbind(0)
+    for n in (3, 2, 3, 5):
+      tok = _values(n)
+      out = compiled(buf, a, b, tok.to(device))
+      torch.testing.assert_close(out.cpu(), fn(cpu_buf, base[0], base[1], tok))
       torch.testing.assert_close(buf.cpu(), cpu_buf)
 
   def test_read_only_aliased_views_take_the_stock_path(self):
