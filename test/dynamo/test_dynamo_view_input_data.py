@@ -47,6 +47,7 @@ class ViewInputDataTest(parameterized.TestCase):
             xla[name].cpu(),
             cpu[name],
             msg=lambda m: f'call {call}, {name}: {m}')
+    torch_xla.sync()  # no tensor left reading a buffer given away
 
   @parameterized.parameters(False, True)
   def test_base_written_view_read_through_a_view_op(self, sync):
@@ -92,6 +93,20 @@ class ViewInputDataTest(parameterized.TestCase):
 
     self.assert_calls_match_eager(lambda b: b.t() * 1, make,
                                   lambda t: t['base'][1].add_(1))
+
+  @parameterized.parameters(('t_',), ('unsqueeze_', 0),
+                            ('as_strided_', (1, 2), (1, 1), 9))
+  def test_base_changed_by_an_inplace_view_op(self, op, *args):
+    # A tensor that an in-place view op made a view of its own buffer, but
+    # not `_is_view()`: its first value was read at every call, then the
+    # sync failed with "buffer ... is deleted" (`as_strided_` at the call).
+    def make(device):
+      base = _values(4, 4).to(device)
+      getattr(base, op)(*args)
+      return dict(base=base), ['base']
+
+    self.assert_calls_match_eager(lambda b: b.flatten() * 2, make,
+                                  lambda t: t['base'].add_(1))
 
   def test_one_execution_a_call(self):
     # A view whose data did not change costs nothing more.
