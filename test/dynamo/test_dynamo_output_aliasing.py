@@ -123,6 +123,20 @@ class OutputAliasingTest(parameterized.TestCase):
     self.assert_matches_eager(fn, write=1)
     self.assert_matches_eager(fn, write=0)
 
+  @parameterized.parameters('unbind', 'split')
+  def test_unbind_of_an_input_that_requires_grad(self, op):
+    # AOTAutograd hides from autograd that these alias their input (Note:
+    # "differentiable outputs that alias each other from a multi-output view
+    # call"); on XLA they came back in buffers of their own.
+    def inputs(device, grad):
+      x = torch.arange(6.).reshape(2, 3).to(device).requires_grad_(grad)
+      return [x * 1, torch.ones(3).to(device)]
+
+    def fn(x, w):
+      return (x * w).sum(), *getattr(x, op)(1)
+
+    self.assert_matches_eager(fn, write=1, inputs=inputs)
+
   def test_two_intermediates(self):
 
     def fn(x, w):
