@@ -2,32 +2,39 @@
 """Per-call time of compiled graphs without view inputs, stock vs the series.
 
 The series must cost nothing there: a graph that writes and donates nothing is
-compiled as it is, and one that does pays one check per call. Each round runs
-a child process on stock (`tools/apply_and_test.sh --unpatched`) and one on
-the series, alternately; each child times every graph (median of --calls
-calls, no sync in between); the table gives the median over rounds.
+compiled as it is, and one that does pays one check per call. Both run in one
+process on the series' tree, so that process-to-process noise drops out: each
+graph is compiled twice, once by backend="openxla" (the series) and once by
+torch's stock AOTAutograd backend with stock's own dynamo_bridge.py (read from
+the unpatched tree, `tools/apply_and_test.sh --unpatched`). Each round times
+--calls calls of each, alternating (no sync in between), and takes the
+median; the table gives the median over rounds and the rounds' range.
 
-  tools/bench_no_views.py [--rounds 5] [--calls 400] [--json FILE]
+  tools/bench_no_views.py [--rounds 9] [--calls 400] [--json FILE]
 """
 import argparse
+import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+import types
+from unittest import mock
 
 TOOLS = os.path.dirname(os.path.abspath(__file__))
 
 
 def graphs():
-  """(name, compiled function, arguments) of graphs without view inputs."""
+  """(name, function, arguments) of graphs without view inputs."""
   import torch
   import torch_xla
   device = torch_xla.device()
   a = torch.randn(64, 64, device=device)
   cache = torch.zeros(64, 64, device=device)
-  slots, rows = torch.tensor([1, 2], device=device), torch.ones(2, 64).to(device)
+  slots = torch.tensor([1, 2], device=device)
+  rows = torch.ones(2, 64).to(device)
 
   def write(cache, slots, rows):
     torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
@@ -37,68 +44,101 @@ def graphs():
   mlp = mlp.to(device)
   weights = [torch.randn(64, 64, device=device) for _ in range(16)]
   return [
-      ('matmul', torch.compile(lambda a, b: a @ b, backend='openxla'), (a, a)),
-      ('donated index_copy_', torch.compile(write, backend='openxla'),
-       (cache, slots, rows)),
-      ('8-layer MLP forward', torch.compile(mlp, backend='openxla'), (a,)),
-      ('16 inputs, in-place add',
-       torch.compile(lambda *ws: [w.add_(1) for w in ws][0], backend='openxla'),
+      ('matmul', lambda a, b: a @ b, (a, a)),
+      ('donated index_copy_', write, (cache, slots, rows)),
+      ('8-layer MLP forward', lambda a: mlp(a), (a,)),
+      ('16 inputs, in-place add', lambda *ws: [w.add_(1) for w in ws][0],
        weights),
   ]
 
 
-def child(calls):
+def own_code(fn):
+  return types.FunctionType(fn.__code__.replace(), fn.__globals__, fn.__name__,
+                            fn.__defaults__, fn.__closure__)
+
+
+def child(stock_bridge, rounds, calls):
+  import torch
   import torch_xla
+  import torch_xla.core.dynamo_bridge
   import torch_xla.core.xla_model as xm
+  from torch._dynamo.backends import torchxla
+  spec = importlib.util.spec_from_file_location('stock_dynamo_bridge',
+                                                stock_bridge)
+  stock = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(stock)
   result = {}
   for name, fn, args in graphs():
+    # A code object of its own each: Dynamo caches graphs per code object.
+    series = torch.compile(own_code(fn), backend='openxla')
+    # torch's stock backend, its bridge stock's (torch imports it by name).
+    baseline = torch.compile(own_code(fn), backend=torchxla.openxla_aot)
+    with mock.patch.object(torch_xla.core, 'dynamo_bridge', stock), \
+        mock.patch.object(stock, 'extract_compiled_graph',
+                          wraps=stock.extract_compiled_graph) as extract:
+      baseline(*args)
+    assert extract.called, f'{name}: not compiled by {stock_bridge}'
     for _ in range(20):
-      fn(*args)
+      series(*args)
+      baseline(*args)
     torch_xla.sync()
     xm.wait_device_ops()
-    times = []
-    for _ in range(calls):
-      start = time.perf_counter()
-      fn(*args)
-      times.append(time.perf_counter() - start)
-    torch_xla.sync()
-    xm.wait_device_ops()
-    result[name] = statistics.median(times) * 1e6
+    medians = {'stock': [], 'series': []}
+    for _ in range(rounds):
+      times = {'stock': [], 'series': []}
+      for i in range(calls):
+        pair = [('stock', baseline), ('series', series)]
+        for build, f in pair[::1 - 2 * (i % 2)]:
+          start = time.perf_counter()
+          f(*args)
+          times[build].append(time.perf_counter() - start)
+      torch_xla.sync()
+      xm.wait_device_ops()
+      for build in medians:
+        medians[build].append(statistics.median(times[build]) * 1e6)
+    result[name] = medians
   print(json.dumps(result))
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--rounds', type=int, default=5)
+  parser.add_argument('--rounds', type=int, default=9)
   parser.add_argument('--calls', type=int, default=400)
   parser.add_argument('--json', help='write the table to this file')
-  parser.add_argument('--child', action='store_true', help=argparse.SUPPRESS)
+  parser.add_argument('--child', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
-    return child(args.calls)
-  runs = {'stock': [], 'series': []}
-  for _ in range(args.rounds):
-    for build, flags in (('stock', ['--unpatched']), ('series', [])):
-      out = subprocess.run([
-          f'{TOOLS}/apply_and_test.sh', *flags, '--run', 'python', __file__,
-          '--child', '--calls',
-          str(args.calls)
-      ],
-                           capture_output=True,
-                           text=True,
-                           check=True).stdout
-      runs[build].append(json.loads(out.splitlines()[-1]))
+    return child(args.child, args.rounds, args.calls)
+
+  def run(*command, flags=()):
+    return subprocess.run(
+        [f'{TOOLS}/apply_and_test.sh', *flags, '--run', *command],
+        capture_output=True,
+        text=True,
+        check=True).stdout.splitlines()[-1]
+
+  stock_bridge = run('python',
+                     '-c', 'import torch_xla._dynamo.dynamo_bridge as b; '
+                     'print(b.__file__)',
+                     flags=['--unpatched'])
+  runs = json.loads(
+      run('python', __file__, '--child', stock_bridge, '--rounds',
+          str(args.rounds), '--calls', str(args.calls)))
   rows = []
-  print('| graph | stock µs/call | series µs/call | series / stock |')
+  print('| graph | stock µs/call | series µs/call | series / stock '
+        '(median, rounds\' range) |')
   print('| --- | --- | --- | --- |')
-  for name in runs['stock'][0]:
-    stock, series = (statistics.median(r[name] for r in runs[b])
-                     for b in ('stock', 'series'))
-    rows.append(dict(graph=name, stock=stock, series=series))
-    print(f'| {name} | {stock:.1f} | {series:.1f} | {series / stock:.3f} |')
+  for name, medians in runs.items():
+    stock, series = (statistics.median(medians[b]) for b in ('stock', 'series'))
+    ratios = [s / b for s, b in zip(medians['series'], medians['stock'])]
+    rows.append(dict(graph=name, stock=stock, series=series, rounds=medians))
+    print(f'| {name} | {stock:.1f} | {series:.1f} | {series / stock:.3f} '
+          f'({min(ratios):.3f}..{max(ratios):.3f}) |')
   if args.json:
     with open(args.json, 'w') as f:
-      json.dump(dict(rounds=args.rounds, calls=args.calls, rows=rows), f, indent=1)
+      json.dump(dict(rounds=args.rounds, calls=args.calls, rows=rows),
+                f,
+                indent=1)
 
 
 if __name__ == '__main__':

@@ -19,7 +19,11 @@ def run_tool(tools):
 
   def run(*args, unpatched=False, cwd=REPO_ROOT):
     options = ['--unpatched'] if unpatched else []
-    proc = tools.run('apply_and_test.sh', *options, '--run', 'python', *args,
+    proc = tools.run('apply_and_test.sh',
+                     *options,
+                     '--run',
+                     'python',
+                     *args,
                      cwd=cwd)
     sys.stdout.write(proc.stdout)
     sys.stderr.write(proc.stderr[-3000:])
@@ -79,6 +83,22 @@ def test_bench_smoke(run_tool, tmp_path):
   assert len(rows) == 4 * 2
   assert all(r.get('correct') for r in rows), rows
   assert png.stat().st_size > 0
+
+
+def test_bench_no_views_smoke(tools, tmp_path):
+  # One short round: each graph timed on the series and on stock's bridge.
+  out = tmp_path / 'no_views.json'
+  tools.run('bench_no_views.py',
+            '--rounds',
+            '1',
+            '--calls',
+            '5',
+            '--json',
+            str(out),
+            check=0)
+  rows = json.loads(out.read_text())['rows']
+  assert len(rows) == 4, rows
+  assert all(r['stock'] > 0 and r['series'] > 0 for r in rows), rows
 
 
 def test_decode_demo_smoke_patched(run_tool, tmp_path):
