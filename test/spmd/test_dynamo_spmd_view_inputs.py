@@ -18,6 +18,7 @@ import numpy as np
 import torch
 import torch._dynamo
 import torch_xla
+import torch_xla.debug.metrics as met
 import torch_xla.runtime as xr
 import torch_xla.distributed.spmd as xs
 
@@ -188,6 +189,29 @@ class DynamoSpmdViewInputsTest(parameterized.TestCase):
   @parameterized.parameters(True, False)
   def test_static_cache_views_passed_in(self, donate):
     self.run_calls('static', 'views', donate=donate)
+
+  def test_static_cache_tensors_written_in_place(self):
+    # transformers' StaticCache: a donated tensor per cache, sharded over
+    # heads, written along dim 2: in place, its sharding kept.
+    shape, spec = LAYOUTS['static'][0][1:], LAYOUTS['static'][1][1:]
+    g = torch.Generator().manual_seed(0)
+    cpu = {n: torch.randn(shape, generator=g) for n in ('k_cache', 'v_cache')}
+    xla = {n: t.to(torch_xla.device()) for n, t in cpu.items()}
+    for t in xla.values():
+      xs.mark_sharding(t, self.mesh, spec)
+    torch_xla.sync()
+    fn = _views_writer(_write_static, donate=True)
+    compiled = torch.compile(fn, backend='openxla')
+    met.clear_all()
+    for call in range(CALLS):
+      k, v, index = _static_step(call)
+      compiled(*xla.values(),
+               *[t.to(torch_xla.device()) for t in (k, v, index)])
+      fn(*cpu.values(), k, v, index)
+      self.assert_same(xla, cpu, f'call {call}')
+    self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 2)
+    self.assertIn(f'devices=[1,{self.n_devices},1,1]',
+                  torch_xla._XLAC._get_xla_sharding_spec(xla['k_cache']))
 
   @parameterized.product(
       layout=('paged', 'paged_by_block', 'static'),
