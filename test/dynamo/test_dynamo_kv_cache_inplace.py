@@ -89,7 +89,7 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     xla_cache = torch.zeros((layers, 2) + half).to(device)
     cpu_cache = torch.zeros((layers, 2) + half)
     views = [xla_cache[l, i] for l in range(layers) for i in range(2)]
-    if mode == 'tensors':  # a tensor per cache, as transformers' StaticCache
+    if mode == 'tensors':  # a tensor per cache, each passed in
       views = [torch.zeros(half).to(device) for _ in views]
     fn = write_base if mode == 'base' else write_views
     compiled = torch.compile(fn, backend='openxla')

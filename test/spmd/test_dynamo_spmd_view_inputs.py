@@ -191,8 +191,8 @@ class DynamoSpmdViewInputsTest(parameterized.TestCase):
     self.run_calls('static', 'views', donate=donate)
 
   def test_static_cache_tensors_written_in_place(self):
-    # transformers' StaticCache: a donated tensor per cache, sharded over
-    # heads, written along dim 2: in place, its sharding kept.
+    # A static cache as a donated tensor per cache, passed in, sharded over
+    # heads and written along dim 2: in place, its sharding kept.
     shape, spec = LAYOUTS['static'][0][1:], LAYOUTS['static'][1][1:]
     g = torch.Generator().manual_seed(0)
     cpu = {n: torch.randn(shape, generator=g) for n in ('k_cache', 'v_cache')}
