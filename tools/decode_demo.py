@@ -38,6 +38,8 @@ after the warm-up (metric CompileTime) -- or the error that ended the run.
   tools/apply_and_test.sh --run python tools/decode_demo.py --json out.json
   tools/apply_and_test.sh --run python tools/decode_demo.py --tokens 4 \\
       --layouts a,c1                                        (smoke, ~1 min)
+  tools/apply_and_test.sh [--unpatched] --run python tools/decode_demo.py \\
+      --layouts a --cache-len 8192    (a long StaticCache: what a write costs)
 
 Exit status: 0 when every layout matches the reference, 1 otherwise.
 """
@@ -204,7 +206,10 @@ def decode(layout, args, device):
   model = build_model(args.layers, args.hidden).to(device)
   max_len = len(PROMPT) + args.tokens
   kind = StaticDecoder if layout in ('a', 'b') else PagedDecoder
-  decoder = kind(model, layout, max_len, device)
+  decoder = kind(
+      model, layout,
+      max(max_len, args.cache_len) if kind is StaticDecoder else max_len,
+      device)
   xla = device != 'cpu'
   if xla:
     import torch_xla
@@ -324,6 +329,11 @@ def main():
                   type=int,
                   default=128,
                   help='hidden size, a multiple of 8 (default 128)')
+  ap.add_argument('--cache-len',
+                  type=int,
+                  default=0,
+                  help="StaticCache's max_cache_len in layouts a and b "
+                  '(default: the prompt and the tokens)')
   ap.add_argument('--layouts',
                   default=','.join(LAYOUTS),
                   help=f"comma list of {', '.join(LAYOUTS)} (default all)")
@@ -339,7 +349,7 @@ def main():
     return child(args.child, args)
   argv = [
       f'--tokens={args.tokens}', f'--layers={args.layers}',
-      f'--hidden={args.hidden}'
+      f'--hidden={args.hidden}', f'--cache-len={args.cache_len}'
   ]
   rows = [run_layout(layout, argv) for layout in layouts]
   print_table(rows)

@@ -102,11 +102,12 @@ def test_bench_no_views_smoke(tools, tmp_path):
 
 
 def test_decode_demo_smoke_patched(run_tool, tmp_path):
-  # A few tokens, the StaticCache and the paged per-layer views: the compiled
-  # decode gives the CPU reference's tokens and cache.
+  # A few tokens, the StaticCache (longer than the tokens) and the paged
+  # per-layer views: the compiled decode gives the CPU reference's tokens and
+  # cache.
   out = tmp_path / 'decode.json'
   proc = run_tool('tools/decode_demo.py', '--tokens', '4', '--layouts', 'a,c1',
-                  '--json', str(out))
+                  '--cache-len', '64', '--json', str(out))
   assert proc.returncode == 0
   rows = json.loads(out.read_text())
   assert [r['layout'] for r in rows] == ['a', 'c1']
