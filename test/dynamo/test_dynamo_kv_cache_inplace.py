@@ -216,6 +216,27 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     torch.testing.assert_close(xla_cache.cpu(), expected, rtol=0, atol=0)
     self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
 
+  def test_rows_past_float32_precision(self):
+    # XLA divides int64 tensors in float32 (pytorch/xla#2946): rows past
+    # 2**24 must still get their own coordinates in the base.
+    rows = 2**24 + 1
+
+    def write(cache, k, index):
+      torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+      cache[1].index_copy_(0, index, k)
+
+    k, index = _values(3, 1), torch.tensor([0, rows - 2, rows - 1])
+    cache, expected = torch.zeros(2, rows,
+                                  1).to(torch_xla.device()), torch.zeros(
+                                      2, rows, 1)
+    met.clear_all()
+    torch.compile(
+        write, backend='openxla')(cache, k.to(cache.device),
+                                  index.to(cache.device))
+    write(expected, k, index)
+    self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
+    torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
+
   def test_function_per_layer_lifts_each_layer_once(self):
     # One compiled function called on each layer's view of one donated cache,
     # as a per-layer attention is: each layer's layout is lifted and compiled

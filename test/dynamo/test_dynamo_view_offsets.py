@@ -100,6 +100,27 @@ class ViewOffsetsTest(parameterized.TestCase):
     self.assertEqual(self.compiles(), 0)
     self.assertEqual(met.metric_data('ExecuteTime')[0], LAYERS)
 
+  def test_offsets_past_float32_precision(self):
+    # A layer of 2**24 + 1 rows: later layers' offsets are past float32's
+    # integers, where XLA's int64 division is wrong (pytorch/xla#2946).
+    rows = 2**24 + 1
+
+    def write(layer, k, index):
+      _donate(layer)
+      layer.index_copy_(0, index, k)
+
+    device = torch_xla.device()
+    pool, expected = torch.zeros(3, rows, 1).to(device), torch.zeros(3, rows, 1)
+    compiled = torch.compile(write, backend='openxla')
+    layers = list(pool)
+    met.clear_all()
+    for i, layer in enumerate(layers):
+      k, index = _values(2, 1) + i, torch.tensor([i, rows - 1 - i])
+      compiled(layer, k.to(device), index.to(device))
+      write(expected[i], k, index)
+    self.assertEqual(met.counter_value('DynamoLiftedGraphForOffsets'), 1)
+    torch.testing.assert_close(pool.cpu(), expected, rtol=0, atol=0)
+
   def test_window_views_compile_once(self):
     # transformers' StaticCache writes the decode position's window.
     def write(window, x):
