@@ -19,6 +19,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 import torch_xla.runtime as xr
+from torch_xla._dynamo import inplace_writes
 
 BLOCKS, BLOCK, HEADS, HEAD_DIM, SEQ = 6, 4, 2, 8, 24
 
@@ -218,7 +219,7 @@ class KVCacheInPlaceTest(parameterized.TestCase):
 
   def test_rows_past_float32_precision(self):
     # XLA divides int64 tensors in float32 (pytorch/xla#2946): rows past
-    # 2**24 must still get their own coordinates in the base.
+    # 2**24 must still be written at their own row of the base.
     rows = 2**24 + 1
 
     def write(cache, k, index):
@@ -236,6 +237,36 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     write(expected, k, index)
     self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
     torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
+
+  def test_coordinates_divide_exactly(self):
+    # A sharded base is written at coordinates, which must divide exactly
+    # where XLA's int64 division does not (pytorch/xla#2946).
+    rows = torch.tensor([0, 5, 2**24 + 1, 2**24 + 3, 2**40 + 7, 2**62 + 1])
+    for n in (1, 6, 8, 2**24 + 1, 3 * 2**20):
+      quotient, remainder = inplace_writes._divmod(
+          rows.to(torch_xla.device()), n)
+      self.assertEqual(quotient.cpu().tolist(), (rows // n).tolist())
+      self.assertEqual(remainder.cpu().tolist(), (rows % n).tolist())
+
+  def test_row_write_after_a_write_left_functional(self):
+    # The index_copy_ into a transposed view is not rewritten: under
+    # AOTAutograd it leaves the base's functional value strided, so the row
+    # write after it must not index the base's rows by number (fuzz seed 913).
+    def write(base, x, index):
+      torch.ops.xla.dynamo_set_buffer_donor_(base, True)
+      base.transpose(0, 3).index_copy_(0, index, x[:2] * 2)
+      base.transpose(0, 3)[:, 1:2].copy_(x[:, :1] * 3)
+
+    x, index = _values(5, 2, 2, 5), torch.tensor([0, 4])
+    expected = _values(5, 2, 2, 5) + 1
+    base = expected.to(torch_xla.device())
+    met.clear_all()
+    torch.compile(
+        write, backend='openxla')(base, x.to(base.device),
+                                  index.to(base.device))
+    write(expected, x, index)
+    self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
+    torch.testing.assert_close(base.cpu(), expected, rtol=0, atol=0)
 
   def test_function_per_layer_lifts_each_layer_once(self):
     # One compiled function called on each layer's view of one donated cache,
@@ -367,8 +398,10 @@ class InterleavedReadsTest(parameterized.TestCase):
           open(f).read()
           for f in glob.glob(os.path.join(dump, '*after_optimizations.txt')))
     cache = f'f32[2,2,{BLOCKS},{BLOCK},{HEADS},{HEAD_DIM}]{{5,4,3,2,1,0}}'
-    self.assertIn(f'{cache} scatter(', hlo)
-    self.assertEqual(hlo.count(f'{cache} copy('), 0)
+    rows = f'f32[{2 * 2 * BLOCKS * BLOCK},{HEADS},{HEAD_DIM}]{{2,1,0}}'
+    self.assertIn(f'{rows} scatter(', hlo)  # its rows, by number
+    for shape in (cache, rows):
+      self.assertEqual(hlo.count(f'{shape} copy('), 0)
 
 
 if __name__ == '__main__':

@@ -121,6 +121,29 @@ class ViewOffsetsTest(parameterized.TestCase):
     self.assertEqual(met.counter_value('DynamoLiftedGraphForOffsets'), 1)
     torch.testing.assert_close(pool.cpu(), expected, rtol=0, atol=0)
 
+  def test_row_writes_after_a_write_left_functional(self):
+    # The pool is passed too and first written through a transposed view,
+    # which is not rewritten and under AOTAutograd leaves its functional
+    # value strided: the layer's row write must not index its rows by number
+    # (fuzz seed 913, a layer at a time).
+    def write(layer, pool, x, index):
+      _donate(pool)
+      pool.transpose(1, 4).index_copy_(0, index, x[:2] * 2)
+      layer.transpose(0, 3)[:, 1:2].copy_(x[0, :, :1] * 3)
+
+    device = torch_xla.device()
+    expected = _values(LAYERS, 5, 2, 2, 5)
+    pool = expected.to(device)
+    compiled = torch.compile(write, backend='openxla')
+    layers, expected_layers = list(pool), list(expected)
+    met.clear_all()
+    for i, layer in enumerate(layers):
+      x, index = _values(LAYERS, 5, 2, 2, 5) - i, torch.tensor([i % 5, 5])
+      compiled(layer, pool, x.to(device), index.to(device))
+      write(expected_layers[i], expected, x, index)
+    self.assertEqual(met.counter_value('DynamoLiftedGraphForOffsets'), 1)
+    torch.testing.assert_close(pool.cpu(), expected, rtol=0, atol=0)
+
   def test_window_views_compile_once(self):
     # transformers' StaticCache writes the decode position's window.
     def write(window, x):
