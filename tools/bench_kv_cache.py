@@ -11,7 +11,8 @@ function, which donates it with dynamo_set_buffer_donor_):
   base  the cache itself, written through cache[0] and cache[1] inside
   layer with --layers L: one function compiled once and called on each
         layer's view cache[l] in turn (taken once), as a per-layer attention
-        is; not run unless asked for with --modes
+        is; not run unless asked for with --modes.  Its child also times
+        `layer_tensors`, a step of each in turn ("tensors ms")
   layer_tensors  the same function on one (2, ...) tensor a layer: what
         `layer` costs without one allocation for all layers
 
@@ -35,7 +36,10 @@ Write patterns (4 tokens per step):
 For each (mode, pattern, cache size) a child process warms up, then runs the
 steps and reports: median step time, XLA executions per step (ExecuteTime
 count), compilations after warm-up (CompileTime count), resident memory
-growth over the steps, and whether the written rows read back right.
+growth over the steps, and whether the written rows read back right.  With
+--rounds R every child runs R times, all of one round before the next, and
+the table gives the median of each one's R step times (this machine's step
+times drift between processes more than between modes of one round).
 
   tools/apply_and_test.sh --unpatched --run python tools/bench_kv_cache.py \\
       --json before.json
@@ -126,74 +130,91 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
     donate(layer, True)
     return write_layers([(layer[0], layer[1])], k, v, index)
 
-  if mode == 'sep':
-    tensors = [torch.zeros(half, device=device) for _ in range(2 * layers)]
-  elif mode == 'layer_tensors':  # one (2, ...) tensor a layer
-    layer_views = [torch.zeros((2,) + half, device=device) for _ in range(layers)]
-    tensors = [half for layer in layer_views for half in layer]
-  else:
-    cache = torch.zeros((layers, 2) + half, device=device)
-    tensors = [half for layer in cache for half in layer]
-    layer_views = list(cache)
   k = torch.randn(x_shape).to(device)
   v = torch.randn(x_shape).to(device)
   index = index_cpu.to(device)
+
+  def setup(mode):
+    """The compiled function of `mode`, its calls a step, its k, v halves."""
+    if mode == 'sep':
+      tensors = [torch.zeros(half, device=device) for _ in range(2 * layers)]
+    elif mode == 'layer_tensors':  # one (2, ...) tensor a layer
+      layer_views = [
+          torch.zeros((2,) + half, device=device) for _ in range(layers)
+      ]
+      tensors = [half for layer in layer_views for half in layer]
+    else:
+      cache = torch.zeros((layers, 2) + half, device=device)
+      tensors = [half for layer in cache for half in layer]
+      layer_views = list(cache)
+    if mode == 'base':
+      return torch.compile(write_base,
+                           backend='openxla'), [(cache, k, v, index)], tensors
+    if mode in ('layer', 'layer_tensors'):
+      return torch.compile(write_layer, backend='openxla'), [
+          (layer, k, v, index) for layer in layer_views
+      ], tensors
+    # view: taken once, as in the report (#8832) and a serving loop
+    return torch.compile(write_pair,
+                         backend='openxla'), [(*tensors, k, v, index)], tensors
+
+  # `layer` is timed against `layer_tensors` step by step in one process.
+  arms = [setup(m) for m in [mode] + ['layer_tensors'] * (mode == 'layer')]
   torch_xla.sync()
   xm.wait_device_ops()
 
-  if mode == 'base':
-    calls = [(cache, k, v, index)]
-    fn = torch.compile(write_base, backend='openxla')
-  elif mode in ('layer', 'layer_tensors'):
-    calls = [(layer, k, v, index) for layer in layer_views]
-    fn = torch.compile(write_layer, backend='openxla')
-  else:  # view: taken once, as in the report (#8832) and a serving loop
-    calls = [(*tensors, k, v, index)]
-    fn = torch.compile(write_pair, backend='openxla')
-
-  def step():
+  def step(fn, calls, tensors):
     for args in calls:
       fn(*args)
     torch_xla.sync()
     xm.wait_device_ops()
 
-  fn(*calls[0])  # the first layer's compilation, then the others'
+  for fn, calls, _ in arms:
+    fn(*calls[0])  # the first layer's compilation, then the others'
   xm.wait_device_ops()
   first = (met.metric_data('CompileTime') or [0])[0]
   for _ in range(warmup):
-    step()
+    for arm in arms:
+      step(*arm)
   later = (met.metric_data('CompileTime') or [0])[0] - first
   met.clear_metrics()
   compiles = (met.metric_data('CompileTime') or [0])[0]
   process = psutil.Process()
   rss = [process.memory_info().rss]
-  times = []
+  times, executions = [[] for _ in arms], [0] * len(arms)
+  count = lambda: (met.metric_data('ExecuteTime') or [0])[0]
   for _ in range(steps):
-    start = time.perf_counter()
-    step()
-    times.append(time.perf_counter() - start)
+    for i, arm in enumerate(arms):
+      before, start = count(), time.perf_counter()
+      step(*arm)
+      times[i].append(time.perf_counter() - start)
+      executions[i] += count() - before
     rss.append(process.memory_info().rss)
-  executions = (met.metric_data('ExecuteTime') or [0])[0]
   compiles = (met.metric_data('CompileTime') or [0])[0] - compiles
 
-  # The rows written last must read back as k and v (last layer's).
-  k_half, v_half = tensors[-2].cpu(), tensors[-1].cpu()
-  if pattern in ('index_copy0', 'index_put'):
-    got_k, got_v = k_half.flatten(0, 1)[index_cpu], v_half.flatten(0,
-                                                                   1)[index_cpu]
-  elif pattern == 'index_copy2':
-    got_k, got_v = k_half[:, :, index_cpu], v_half[:, :, index_cpu]
-  else:
-    got_k, got_v = (k_half[:, :, pos:pos + TOKENS], v_half[:, :,
-                                                           pos:pos + TOKENS])
-  correct = torch.equal(got_k, k.cpu()) and torch.equal(got_v, v.cpu())
-  return dict(median_ms=statistics.median(times) * 1e3,
-              executions_per_step=executions / steps,
-              compiles_after_first_call=later,
-              compiles_after_warmup=compiles,
-              rss_growth_mib=(max(rss[1:]) - rss[1]) / MIB,
-              rss_mib=rss[-1] / MIB,
-              correct=correct)
+  def correct(tensors):
+    """Whether the rows written last read back as k and v (last layer's)."""
+    k_half, v_half = tensors[-2].cpu(), tensors[-1].cpu()
+    if pattern in ('index_copy0', 'index_put'):
+      got_k, got_v = (k_half.flatten(0, 1)[index_cpu],
+                      v_half.flatten(0, 1)[index_cpu])
+    elif pattern == 'index_copy2':
+      got_k, got_v = k_half[:, :, index_cpu], v_half[:, :, index_cpu]
+    else:
+      got_k, got_v = (k_half[:, :, pos:pos + TOKENS],
+                      v_half[:, :, pos:pos + TOKENS])
+    return torch.equal(got_k, k.cpu()) and torch.equal(got_v, v.cpu())
+
+  result = dict(median_ms=statistics.median(times[0]) * 1e3,
+                executions_per_step=executions[0] / steps,
+                compiles_after_first_call=later,
+                compiles_after_warmup=compiles,
+                rss_growth_mib=(max(rss[1:]) - rss[1]) / MIB,
+                rss_mib=rss[-1] / MIB,
+                correct=all(correct(arm[2]) for arm in arms))
+  if mode == 'layer':
+    result['tensors_ms'] = statistics.median(times[1]) * 1e3
+  return result
 
 
 def run_one(mode, pattern, mib, args, env):
@@ -211,10 +232,41 @@ def run_one(mode, pattern, mib, args, env):
   return dict(row, error=f'exit {proc.returncode}: {last[:100]}')
 
 
+def merge_rounds(rows):
+  """One row per (mode, pattern, size) of `--rounds` rows: the median of the
+  rounds' step times (each in `rounds_ms`), the worst of the rest; the first
+  error if a round had one."""
+  groups = {}
+  for r in rows:
+    groups.setdefault((r['mode'], r['pattern'], r['mib']), []).append(r)
+  merged = []
+  for group in groups.values():
+    errors = [r for r in group if 'error' in r]
+    if errors or len(group) == 1:
+      merged.append((errors or group)[0])
+      continue
+    worst = {
+        k: max(r[k] for r in group) for k in
+        ('executions_per_step', 'compiles_after_first_call',
+         'compiles_after_warmup', 'rss_growth_mib', 'rss_mib')
+    }
+    ms = [r['median_ms'] for r in group]
+    row = dict(group[0],
+               **worst,
+               median_ms=statistics.median(ms),
+               rounds_ms=ms,
+               correct=all(r['correct'] for r in group))
+    if 'tensors_ms' in row:
+      row['rounds_tensors_ms'] = [r['tensors_ms'] for r in group]
+      row['tensors_ms'] = statistics.median(row['rounds_tensors_ms'])
+    merged.append(row)
+  return merged
+
+
 def print_table(rows, before=None):
   before = {(r['mode'], r['pattern'], r['mib']): r for r in before or []}
   header = [
-      'pattern', 'mode', 'MiB', 'before ms', 'ms', 'exec/step',
+      'pattern', 'mode', 'MiB', 'before ms', 'ms', 'tensors ms', 'exec/step',
       'compiles after 1st call', 'compiles', 'rss +MiB', 'check'
   ]
   lines = [header]
@@ -225,12 +277,13 @@ def print_table(rows, before=None):
     if 'error' in r:
       lines.append([
           r['pattern'], r['mode'],
-          str(r['mib']), b_ms, 'crash', '', '', '', '', r['error'][:40]
+          str(r['mib']), b_ms, 'crash', '', '', '', '', '', r['error'][:40]
       ])
       continue
     lines.append([
         r['pattern'], r['mode'],
         str(r['mib']), b_ms, f"{r['median_ms']:.2f}",
+        f"{r['tensors_ms']:.2f}" if 'tensors_ms' in r else '-',
         f"{r['executions_per_step']:.2f}",
         str(r.get('compiles_after_first_call', '-')),
         str(r['compiles_after_warmup']), f"{r['rss_growth_mib']:.1f}",
@@ -305,6 +358,11 @@ def main():
   parser.add_argument('--read',
                       action='store_true',
                       help="read each layer's rows back after its writes")
+  parser.add_argument('--rounds',
+                      type=int,
+                      default=1,
+                      help='run every child this many times, interleaved, '
+                      'and report the median')
   parser.add_argument('--json', help='write the results here')
   parser.add_argument('--before', help='results of a run without the series')
   parser.add_argument('--plot', help='write a PNG plot here')
@@ -326,12 +384,14 @@ def main():
   if args.results:
     with open(args.results) as f:
       rows = json.load(f)
-  for pattern in [] if args.results else args.patterns.split(','):
-    for mode in args.modes.split(','):
-      for mib in [int(s) for s in args.sizes.split(',')]:
-        row = run_one(mode, pattern, mib, args, env)
-        rows.append(row)
-        print(json.dumps(row), file=sys.stderr, flush=True)
+  for _ in range(0 if args.results else args.rounds):
+    for pattern in args.patterns.split(','):
+      for mode in args.modes.split(','):
+        for mib in [int(s) for s in args.sizes.split(',')]:
+          row = run_one(mode, pattern, mib, args, env)
+          rows.append(row)
+          print(json.dumps(row), file=sys.stderr, flush=True)
+  rows = merge_rounds(rows)
   before = None
   if args.before:
     with open(args.before) as f:
