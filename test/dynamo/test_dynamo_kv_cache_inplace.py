@@ -19,7 +19,6 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 import torch_xla.runtime as xr
-from torch_xla._dynamo import inplace_writes
 
 BLOCKS, BLOCK, HEADS, HEAD_DIM, SEQ = 6, 4, 2, 8, 24
 
@@ -241,6 +240,7 @@ class KVCacheInPlaceTest(parameterized.TestCase):
   def test_coordinates_divide_exactly(self):
     # A sharded base is written at coordinates, which must divide exactly
     # where XLA's int64 division does not (pytorch/xla#2946).
+    from torch_xla._dynamo import inplace_writes
     rows = torch.tensor([0, 5, 2**24 + 1, 2**24 + 3, 2**40 + 7, 2**62 + 1])
     for n in (1, 6, 8, 2**24 + 1, 3 * 2**20):
       quotient, remainder = inplace_writes._divmod(
