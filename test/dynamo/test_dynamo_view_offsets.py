@@ -78,6 +78,46 @@ class ViewOffsetsTest(parameterized.TestCase):
     # The second layer's call compiles the graph for all offsets, the last.
     self.assertEqual(later, 1)
 
+  @parameterized.parameters((True, False), (False, True), (True, True))
+  def test_layer_views_with_dynamic_shapes_or_grad(self, dynamic, grad):
+    # Each layer's output scaled by a weight that requires grad, whose
+    # gradient accumulates over the layers; or token counts that vary.
+    def step(layer, k, v, slots, rows, w):
+      keys, total = _layer_step(layer, k, v, slots, rows)
+      return (keys * w).sum() + total
+
+    device = torch_xla.device()
+    pools = [torch.zeros(LAYERS, 2, BLOCKS, BLOCK, HEADS, DIM)]
+    pools.append(pools[0].to(device))
+    weights = [_values(DIM).requires_grad_(grad) for _ in pools]
+    weights[1] = weights[1].detach().to(device).requires_grad_(grad)
+    compiled = torch.compile(step, backend='openxla', dynamic=dynamic)
+    layers = [list(pool) for pool in pools]
+    first = None
+    for call in range(2 * LAYERS):
+      tokens, i = 1 + call % 3 if dynamic else 2, call % LAYERS
+      args = (_values(tokens, HEADS, DIM) + call, -_values(tokens, HEADS, DIM),
+              (torch.arange(tokens) * 3 + call) % (BLOCKS * BLOCK),
+              torch.tensor([0, call]))
+      for fn, pool_layers, w, dev in ((step, layers[0], weights[0], 'cpu'),
+                                      (compiled, layers[1], weights[1],
+                                       device)):
+        with torch.set_grad_enabled(grad):
+          out = fn(pool_layers[i], *[a.to(dev) for a in args], w)
+          if grad:
+            out.backward()
+        if dev == 'cpu':
+          expected = out.detach()
+      torch.testing.assert_close(out.detach().cpu(), expected, msg=str(call))
+      first = self.compiles() if first is None else first
+    torch_xla.sync()
+    torch.testing.assert_close(pools[1].cpu(), pools[0], rtol=0, atol=0)
+    if grad:
+      torch.testing.assert_close(weights[1].grad.cpu(), weights[0].grad)
+    if not dynamic:  # lifted graphs have static shapes: one per token count
+      # The graph for all offsets, forward and backward.
+      self.assertEqual(self.compiles() - first, 2)
+
   def test_one_execution_a_call(self):
     device = torch_xla.device()
     pool = torch.zeros(LAYERS, 2, BLOCKS, BLOCK, HEADS, DIM).to(device)
