@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import unittest
+import unittest.mock
 
 from absl.testing import absltest, parameterized
 import torch
@@ -601,6 +602,25 @@ class LiftedViewsKeepStockFeaturesTest(parameterized.TestCase):
     torch.testing.assert_close(out.cpu(), torch.ones(3))
     self.assertIsNone(met.counter_value('DynamoLiftedGraph'))
 
+  def test_debug_output_says_why_a_graph_is_lifted_or_not(self):
+    out = _run_in_subprocess(
+        self, """
+import torch, torch_xla
+base = torch.zeros(2, 3).to('xla')
+a, b = base
+torch.compile(lambda a, b: (a.add_(1), b.add_(2)), backend='openxla')(a, b)
+torch.compile(lambda a, b, out: out.add_(a * b), backend='openxla')(
+    a, b, torch.zeros(3).to('xla'))
+torch.compile(lambda a, b: a + b, backend='openxla')(a, b)
+""", {'XLA_DYNAMO_DEBUG': '1'})
+    lines = [l for l in out.splitlines() if l.startswith('openxla view inputs')]
+    self.assertRegex(lines[0], r': 1 base\(s\) lifted for LiftPlan')
+    self.assertEqual(lines[1:], [
+        'openxla view inputs: aliased views only read, or a lone view: '
+        'stock path',
+        'openxla view inputs: no input written or donated: stock path'
+    ])
+
   def test_backend_comes_from_torchs_hook_or_the_registry(self):
     from torch._dynamo.backends import registry, torchxla
     compiler = registry.lookup_backend('openxla')
@@ -793,6 +813,26 @@ class StockParityTest(parameterized.TestCase):
     self.assertIs(
         view_inputs.compile_view_inputs(gm, example, lambda m, e: compiled),
         compiled)
+
+  def test_views_are_planned_once_not_at_every_call(self):
+    # Where a view lies in its base is replayed at its first call only.
+    from torch_xla._dynamo import view_inputs
+    replayed, replay = [], view_inputs._replay
+
+    def counting_replay(view, base):
+      replayed.append(view.shape)
+      return replay(view, base)
+
+    base = torch.zeros(2, 3, device=torch_xla.device())
+    a, b = base
+    compiled = torch.compile(
+        lambda a, b: (a.add_(1), b.add_(2)), backend='openxla')
+    with unittest.mock.patch.object(view_inputs, '_replay', counting_replay):
+      for _ in range(3):
+        compiled(a, b)
+    # Two views, each planned once and rebuilt once in the lifted graph.
+    self.assertEqual(len(replayed), 4)
+    torch.testing.assert_close(base.cpu(), torch.tensor([[3.] * 3, [6.] * 3]))
 
   def test_dynamic_sizes_are_not_specialized(self):
     # The fake run that finds the writes adds no guard to Dynamo's shapes
