@@ -67,6 +67,18 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     super().setUp()
     torch._dynamo.reset()
 
+  def assert_one_write_as_eager(self, write, cache, *args):
+    """`write(cache, *args)` compiled on XLA writes the cache as eager does on
+    the CPU, with one in-place write."""
+    xla_cache = cache.to(torch_xla.device())
+    met.clear_all()
+    torch.compile(
+        write, backend='openxla')(xla_cache,
+                                  *[a.to(xla_cache.device) for a in args])
+    write(cache, *args)
+    self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
+    torch.testing.assert_close(xla_cache.cpu(), cache, rtol=0, atol=0)
+
   def run_steps(self, pattern, mode, layers=1, steps=4):
     """Writes every layer's k and v each step, compiled on XLA and on CPU."""
     half = _half_shape(pattern)
@@ -205,16 +217,8 @@ class KVCacheInPlaceTest(parameterized.TestCase):
       torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
       cache[0][1:3] = src
 
-    src = _values(*shape) + 1
-    cache, expected = torch.zeros(2, SEQ,
-                                  HEAD_DIM), torch.zeros(2, SEQ, HEAD_DIM)
-    xla_cache = cache.to(torch_xla.device())
-    met.clear_all()
-    torch.compile(
-        write, backend='openxla')(xla_cache, src.to(torch_xla.device()))
-    expected[0][1:3] = src
-    torch.testing.assert_close(xla_cache.cpu(), expected, rtol=0, atol=0)
-    self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
+    self.assert_one_write_as_eager(write, torch.zeros(2, SEQ, HEAD_DIM),
+                                   _values(*shape) + 1)
 
   def test_rows_past_float32_precision(self):
     # XLA divides int64 tensors in float32 (pytorch/xla#2946): rows past
@@ -225,17 +229,9 @@ class KVCacheInPlaceTest(parameterized.TestCase):
       torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
       cache[1].index_copy_(0, index, k)
 
-    k, index = _values(3, 1), torch.tensor([0, rows - 2, rows - 1])
-    cache, expected = torch.zeros(2, rows,
-                                  1).to(torch_xla.device()), torch.zeros(
-                                      2, rows, 1)
-    met.clear_all()
-    torch.compile(
-        write, backend='openxla')(cache, k.to(cache.device),
-                                  index.to(cache.device))
-    write(expected, k, index)
-    self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
-    torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
+    self.assert_one_write_as_eager(write, torch.zeros(2, rows, 1),
+                                   _values(3, 1),
+                                   torch.tensor([0, rows - 2, rows - 1]))
 
   def test_coordinates_divide_exactly(self):
     # A sharded base is written at coordinates, which must divide exactly
@@ -257,16 +253,9 @@ class KVCacheInPlaceTest(parameterized.TestCase):
       base.transpose(0, 3).index_copy_(0, index, x[:2] * 2)
       base.transpose(0, 3)[:, 1:2].copy_(x[:, :1] * 3)
 
-    x, index = _values(5, 2, 2, 5), torch.tensor([0, 4])
-    expected = _values(5, 2, 2, 5) + 1
-    base = expected.to(torch_xla.device())
-    met.clear_all()
-    torch.compile(
-        write, backend='openxla')(base, x.to(base.device),
-                                  index.to(base.device))
-    write(expected, x, index)
-    self.assertEqual(met.counter_value('DynamoInPlaceViewWrite'), 1)
-    torch.testing.assert_close(base.cpu(), expected, rtol=0, atol=0)
+    self.assert_one_write_as_eager(write,
+                                   _values(5, 2, 2, 5) + 1, _values(5, 2, 2, 5),
+                                   torch.tensor([0, 4]))
 
   def test_function_per_layer_lifts_each_layer_once(self):
     # One compiled function called on each layer's view of one donated cache,

@@ -621,22 +621,6 @@ torch.compile(lambda a, b: a + b, backend='openxla')(a, b)
         'openxla view inputs: no input written or donated: stock path'
     ])
 
-  def test_backend_comes_from_torchs_hook_or_the_registry(self):
-    from torch._dynamo.backends import registry, torchxla
-    compiler = registry.lookup_backend('openxla')
-    if hasattr(torchxla, 'openxla_aot'):
-      # torch asks torch_xla._dynamo.backend for the compiler.
-      self.assertIs(compiler, torchxla.openxla)
-    else:  # torch_xla replaced the registry's entry
-      self.assertIsNot(compiler, torchxla.openxla)
-    self.assertEqual(compiler._tags, torchxla.openxla._tags)
-    base = torch.zeros(2, 3, device=torch_xla.device())
-    torch.compile(
-        lambda a, b: (a.add_(1), b.add_(2)), backend='openxla')(base[0],
-                                                                base[1])
-    torch.testing.assert_close(base.cpu(), torch.tensor([[1.] * 3, [2.] * 3]))
-    self.assertEqual(met.counter_value('DynamoLiftedGraph'), 1)
-
 
 class ViewAttributesTest(parameterized.TestCase):
   """Graph attributes that are views (`mark_static_address`, as transformers'
