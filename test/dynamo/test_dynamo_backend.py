@@ -56,6 +56,27 @@ class OpenXLABackendTest(unittest.TestCase):
     torch.testing.assert_close(out.cpu(), expected)
     torch.testing.assert_close(xla_a.cpu(), a)
 
+  def test_mode_and_options_are_accepted(self):
+    # AOTAutograd's backend ignores torch.compile's mode= and options=
+    # (transformers' CompileConfig passes mode="reduce-overhead").
+    device = torch_xla.device()
+    x, kv = torch.arange(6.).reshape(2, 3), torch.zeros(2, 4, 3)
+    xla_kv = kv.to(device)
+    key, value = xla_kv
+
+    def write(key, value, x):
+      key[1:3] = x
+      value[0:2] = -x
+      return x * 2 + 1
+
+    for kwargs in (dict(mode='reduce-overhead'), dict(mode='max-autotune'),
+                   dict(options={'trace.enabled': False})):
+      torch._dynamo.reset()
+      out = torch.compile(
+          write, backend='openxla', **kwargs)(key, value, x.to(device))
+      torch.testing.assert_close(out.cpu(), write(*kv, x))
+      torch.testing.assert_close(xla_kv.cpu(), kv)
+
 
 if __name__ == '__main__':
   test = unittest.main()
