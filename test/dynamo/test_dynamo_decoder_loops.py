@@ -21,13 +21,6 @@ import torch_xla.debug.metrics as met
 
 LAYERS, SLOTS, DIM = 3, 8, 4
 
-# Views taken again at every call, held across the call, and donated: XLA
-# keeps the views between them and their base (`pool[l][0]`) and siblings not
-# passed alive, pending on the donated buffer; the next sync fails. Syncing
-# before such a call fixes it but costs an execution a call where views are
-# temporaries; open in the decoder-loops issue.
-_RETAKEN = 'views taken again, held and donated: a known crash at the sync'
-
 
 def _donate(*tensors):
   for t in tensors:
@@ -140,8 +133,6 @@ class DecoderLoopsTest(parameterized.TestCase):
            fn=None):
     """Calls the write of `views` on each layer of one pool for `steps`
     steps; returns the compilations after the first step."""
-    if take == 'step' and donate and views != 'layer':
-      self.skipTest(_RETAKEN)
     fn = fn or _WRITES[views](donate)
     compiled = torch.compile(fn, backend='openxla')
     device = torch_xla.device()
@@ -177,8 +168,8 @@ class DecoderLoopsTest(parameterized.TestCase):
 
   @parameterized.parameters('forward', 'reversed', 'shuffled')
   def test_layer_order(self, order):
-    for take in ('once', 'step'):
-      for views in ('kv', 'k'):
+    for views in ('kv', 'k'):
+      for take in ('once', 'step'):
         torch._dynamo.reset()
         self.loop(views=views, take=take, order=order, layers=5)
 
@@ -213,7 +204,6 @@ class DecoderLoopsTest(parameterized.TestCase):
       torch_xla.sync()
       self.check(pool, ref, f'pool after step {step}')
 
-  @unittest.skip(_RETAKEN)
   def test_sibling_taken_each_step_not_passed(self):
     # `kc, vc = pool[2 * l], pool[2 * l + 1]` each step, only kc passed and
     # donated: vc, pending, reads the pool after the call as eager does.
@@ -341,7 +331,7 @@ class DecoderLoopsTest(parameterized.TestCase):
 
     for take in ('once', 'step'):
       torch._dynamo.reset()
-      self.loop(take=take, fn=write)  # skips at 'step'
+      self.loop(take=take, fn=write)
 
   def test_dynamic_token_counts(self):
 

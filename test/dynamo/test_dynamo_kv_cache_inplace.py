@@ -363,8 +363,10 @@ class InterleavedReadsTest(parameterized.TestCase):
     compilations = met.metric_data('CompileTime')
     torch.testing.assert_close(xla_cache.cpu(), cpu_cache, rtol=0, atol=0)
     self.assertEqual(in_place_writes, 2 * layers)
-    # One execution per step, and no compilation after the first call.
-    self.assertEqual(executions, steps - 1)
+    # One execution per step, and no compilation after the first call; views
+    # taken again at every call are synced before the call donates their base
+    # (see _sync_pending_views): one more execution.
+    self.assertEqual(executions, (steps - 1) * (1 if mode == 'base' else 2))
     self.assertIsNone(compilations)
     # The cache's own buffer is donated and written in place.
     self.assertIn('Data Handle: Deleted',

@@ -263,6 +263,43 @@ class DynamoSpmdViewInputsTest(parameterized.TestCase):
     self.assertIn('devices=[1,1,1,4,1]',
                   torch_xla._XLAC._get_xla_sharding_spec(pool))
 
+  @parameterized.product(
+      take=['once', 'step'],
+      order=['forward', 'reversed'],
+      sync=['call', 'end'])
+  def test_decoder_loop_two_views_a_call(self, take, order, sync):
+    # The report's write, `key_cache, value_cache = pool[l]`, on each layer of
+    # a pool sharded over heads, for 3 steps; pool and outputs against CPU
+    # eager, the pool keeps its sharding.
+    def write(key_cache, value_cache, k, slots):
+      _donate(key_cache, value_cache)
+      key_cache.index_copy_(0, slots, k)
+      value_cache.index_copy_(0, slots, -k)
+      return key_cache.sum() - value_cache[0].sum()
+
+    layers, device = 4, torch_xla.device()
+    cpu_pool = torch.randn(layers, 2, BLOCKS * BLOCK, HEADS, HEAD_DIM)
+    pool = cpu_pool.to(device)
+    xs.mark_sharding(pool, self.mesh, (None, None, None, 'x', None))
+    kept = [(tuple(pool[l]), tuple(cpu_pool[l])) for l in range(layers)]
+    torch_xla.sync()
+    compiled = torch.compile(write, backend='openxla')
+    order = list(range(layers))[::1 if order == 'forward' else -1]
+    for step, l in [(s, l) for s in range(3) for l in order]:
+      views, cpu_views = kept[l] if take == 'once' else (tuple(pool[l]),
+                                                         tuple(cpu_pool[l]))
+      k = torch.randn(2, HEADS, HEAD_DIM)
+      slots = torch.tensor([step, BLOCKS * BLOCK - 1 - l])
+      out = compiled(*views, k.to(device), slots.to(device))
+      if sync == 'call':
+        torch_xla.sync()
+      torch.testing.assert_close(
+          out.cpu(), write(*cpu_views, k, slots), rtol=1e-5, atol=1e-5)
+    torch_xla.sync()
+    torch.testing.assert_close(pool.cpu(), cpu_pool, rtol=0, atol=0)
+    self.assertIn('devices=[1,1,1,4,1]',
+                  torch_xla._XLAC._get_xla_sharding_spec(pool))
+
 
 if __name__ == '__main__':
   test = unittest.main()
