@@ -15,6 +15,8 @@ function, which donates it with dynamo_set_buffer_donor_):
         `layer_tensors`, a step of each in turn ("tensors ms")
   layer_tensors  the same function on one (2, ...) tensor a layer: what
         `layer` costs without one allocation for all layers
+  layer_kv, layer_kv_tensors  the same with two views a call, the report's
+        write(k_cache, v_cache, ...) on each layer's `k, v = cache[l]`
 
 With --layers L (default 1) a step writes L layers: `sep` has 2L tensors,
 `view` and `base` one allocation of shape (L, 2, ...), every layer's k and v
@@ -130,6 +132,11 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
     donate(layer, True)
     return write_layers([(layer[0], layer[1])], k, v, index)
 
+  def write_kv(k_cache, v_cache, k, v, index):
+    donate(k_cache, True)
+    donate(v_cache, True)
+    return write_layers([(k_cache, v_cache)], k, v, index)
+
   k = torch.randn(x_shape).to(device)
   v = torch.randn(x_shape).to(device)
   index = index_cpu.to(device)
@@ -138,7 +145,7 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
     """The compiled function of `mode`, its calls a step, its k, v halves."""
     if mode == 'sep':
       tensors = [torch.zeros(half, device=device) for _ in range(2 * layers)]
-    elif mode == 'layer_tensors':  # one (2, ...) tensor a layer
+    elif mode.endswith('_tensors'):  # one (2, ...) tensor a layer
       layer_views = [
           torch.zeros((2,) + half, device=device) for _ in range(layers)
       ]
@@ -150,7 +157,11 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
     if mode == 'base':
       return torch.compile(write_base,
                            backend='openxla'), [(cache, k, v, index)], tensors
-    if mode in ('layer', 'layer_tensors'):
+    if mode.startswith('layer_kv'):  # k, v = cache[l], taken once
+      return torch.compile(write_kv, backend='openxla'), [
+          (*layer, k, v, index) for layer in layer_views
+      ], tensors
+    if mode.startswith('layer'):
       return torch.compile(write_layer, backend='openxla'), [
           (layer, k, v, index) for layer in layer_views
       ], tensors
@@ -159,7 +170,8 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
                          backend='openxla'), [(*tensors, k, v, index)], tensors
 
   # `layer` is timed against `layer_tensors` step by step in one process.
-  arms = [setup(m) for m in [mode] + ['layer_tensors'] * (mode == 'layer')]
+  pooled = mode in ('layer', 'layer_kv')
+  arms = [setup(m) for m in [mode] + [mode + '_tensors'] * pooled]
   torch_xla.sync()
   xm.wait_device_ops()
 
@@ -212,7 +224,7 @@ def child(mode, pattern, mib, steps, warmup, layers, read):
                 rss_growth_mib=(max(rss[1:]) - rss[1]) / MIB,
                 rss_mib=rss[-1] / MIB,
                 correct=all(correct(arm[2]) for arm in arms))
-  if mode == 'layer':
+  if pooled:
     result['tensors_ms'] = statistics.median(times[1]) * 1e3
   return result
 
