@@ -69,3 +69,19 @@ def missing_from_base(checkout, base, patches):
       path for path, _ in diffs if path not in created and
       git(checkout, "cat-file", "-e", f"{base}:{path}", check=False) is None
   })
+
+
+def changed_lines(patch, prefix="torch_xla/"):
+  """{path: (added, removed)} of the files under PREFIX that PATCH changes."""
+  sizes, path = {}, None
+  with open(patch, encoding="utf-8", errors="replace") as f:
+    for line in f:
+      if line.startswith("diff --git "):
+        path = line.split(" b/", 1)[1].strip()
+        path = path if path.startswith(prefix) else None
+      elif path and line.startswith(("+++ ", "--- ")):
+        continue
+      elif path and line[:1] in "+-":
+        added, removed = sizes.get(path, (0, 0))
+        sizes[path] = (added + (line[0] == "+"), removed + (line[0] == "-"))
+  return sizes
