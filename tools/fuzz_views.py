@@ -48,7 +48,25 @@ picks those that may be):
             each step or only at the end (then compared only there), a graph
             break (graph_break() or .item()) between two writes in fn, and
             an eager clone or product of a view still pending when a call
-            donates its base.
+            donates its base;
+  loops     a decoder's loop over the layers of one KV pool: one fn called
+            on the views of each layer in turn (LOOP), for 1 to 3 decode
+            steps, the pool (L, 2, S, D) written by index_copy_ or index_put,
+            (L, 2, blocks, block, D) by `kc.flatten(0, 1).index_copy_(0,
+            slots, k)`, (L, 2, 1, H, S, D) by `kc[:, :, p:p + 1] = k` or
+            index_copy_(2, pos, k); fn takes two views (`write(key_cache,
+            value_cache, k, v, idx)`, from `kc, vc = pool[l]`, `pool[l, 0],
+            pool[l, 1]`, `pool[l][0], pool[l][1]`, `pool[l].narrow(0, 0,
+            2).unbind(0)`), the keys only, or the layer `pool[l]` it splits;
+            views kept from before the loop or taken again before each call,
+            donated or not; layers forward, reversed or shuffled each step;
+            a sync after each call, each decode step or only at the end
+            (then compared only after those); a second compiled fn2 reading
+            the layer just written (`q @ kc.T`, softmax @ vc), an eager read
+            of a layer synced before the next call.  It has no other family
+            but index (pad slots) and, drawn apart from them, leaves the
+            other programs as they were; with --families loops (or
+            loops,index) every program has it.
 
 Every program runs on both builds, each in a --worker child process (with
 the environment `tools/apply_and_test.sh [--unpatched] --run` gives); its
@@ -155,12 +173,13 @@ def compare(step, xla, cpu):
         raise AssertionError(f'{where} differs from CPU eager ({diff})')
 
 
-def call(f, state, step, calls):
+def call(f, args, state, step, calls):
   for name in STATIC:
     globals()[name] = state[name]
     setattr(model, name, state[name])
+  layer = LOOP[calls] if LOOP else None  # loops: the layer of this call
   with torch.enable_grad() if GRADS else contextlib.nullcontext():
-    out = f(*[state[n.format(call=calls)] for n in ARGS])
+    out = f(*[state[n.format(call=calls, layer=layer)] for n in args])
   outs = out if isinstance(out, tuple) else () if out is None else (out,)
   if GRADS:
     outs[0].backward()
@@ -184,19 +203,27 @@ def run():
       not NOGRAD):
     xla, cpu = setup(torch_xla.device()), setup('cpu')
   compiled = torch.compile(fn, backend='openxla', dynamic=DYNAMIC)
+  if 'compiled2' in STEPS:  # loops: fn2 reads what the last call wrote
+    compiled2 = torch.compile(fn2, backend='openxla', dynamic=DYNAMIC)
   with torch.inference_mode(bool(INFERENCE)), torch.set_grad_enabled(
       not NOGRAD):
     for step, kind in enumerate(STEPS):
       if kind == 'compiled':
         calls = STEPS[:step].count('compiled')
-        reference(call, fn, cpu, step, calls)
-        call(compiled, xla, step, calls)
+        reference(call, fn, ARGS, cpu, step, calls)
+        call(compiled, ARGS, xla, step, calls)
+      elif kind == 'compiled2':
+        calls = max(STEPS[:step].count('compiled') - 1, 0)
+        reference(call, fn2, ARGS2, cpu, step, calls)
+        call(compiled2, ARGS2, xla, step, calls)
+      elif kind == 'sync':
+        torch_xla.sync()
       else:
         reference(globals()[kind], cpu)
         globals()[kind](xla)
       if SYNC == 'step':
         torch_xla.sync()
-      if SYNC != 'end' and kind != 'pending':
+      if SYNC != 'end' and kind != 'pending' or kind == 'sync':
         compare(f'step {step} ({kind})', xla, cpu)
     if SYNC == 'end':
       torch_xla.sync()
@@ -212,7 +239,7 @@ if __name__ == '__main__':
 
 FAMILIES = ('rows', 'static', 'meta', 'index', 'grad', 'outputs', 'dynamic',
             'reqgrad', 'basemeta', 'inference', 'hooks', 'setitem', 'overlap',
-            'viewkinds', 'retake')
+            'viewkinds', 'retake', 'loops')
 # The lists of statements of a program's script, which shrink() drops from.
 PARTS = ('setup', 'body', 'eager', 'retake', 'pending', 'after', 'steps')
 VERDICTS = ('ok', 'fixed', 'regression', 'limit', 'silent', 'both',
@@ -249,6 +276,15 @@ class Program:
     self.readonly, self.ints = set(), set()  # expanded; int32 views
     self.partner = {}  # view -> the view it overlaps (overlap)
     self.grads, self.dynamic, self.sync = [], None, None
+    self.loop = None  # loops: the layer of each call
+    # loops has no other family but index; drawn apart, so that the other
+    # programs stay as they were, and always when it is the only one on.
+    alone = not set(families) - {'loops', 'index'}
+    if self._chance(random.Random(f'loops {seed}'), 'loops',
+                    1 if alone else 0.1):
+      self.nograd, self.inference = False, None
+      self._loops(rng)
+      return
     # The families drawn first shape the tensors, the others come after.
     self.grad = self._chance(rng, 'grad', 0.15)
     static = self._chance(rng, 'static', 0.25)
@@ -322,6 +358,117 @@ class Program:
         self.setup.append(f'{name}.requires_grad_()')
     if retake:
       self._retake(rng, bases, views)
+
+  def _loops(self, rng):
+    """loops: one fn called on the views of each layer of one KV pool in
+    turn, as a decoder's layers, for one to three decode steps; fn2 reads
+    the layer a call wrote."""
+    layers, d = rng.randint(2, 4), rng.randint(2, 4)
+    layout = rng.choice(('flat', 'flat', 'paged', 'window'))
+    if layout == 'flat':  # (S, D) a layer, rows written by index
+      cache = (rng.randint(3, 6), d)
+      size, dim, write = cache[0], 0, rng.choice(('index_copy', 'index_put'))
+    elif layout == 'paged':  # vLLM's (blocks, block, D), written by slots
+      cache = (rng.randint(2, 4), rng.randint(1, 3), d)
+      size, dim, write = cache[0] * cache[1], 0, 'slots'
+    else:  # HF's StaticCache (1, H, S, D), written at positions
+      cache = (1, rng.randint(1, 3), rng.randint(3, 6), d)
+      size, dim, write = cache[2], 2, rng.choice(('window', 'index_copy'))
+    shape = (layers, 2) + cache
+    self.setup.append('pool = ' + rng.choice(('torch.zeros', 'values')) +
+                      f'{shape}.to(device)')
+    self.shapes['pool'] = shape
+    # Two views a call (kc, vc), the keys only, or the layer, split in fn.
+    how = rng.choice(('pair', 'pair', 'layer', 'keys'))
+    if how == 'layer':
+      names = ['kv{}']
+      expr = rng.choice(
+          ('pool[{0}]', 'pool.select(0, {0})', 'pool.unbind(0)[{0}]'))
+      self.body.append('key_cache, value_cache = ' +
+                       rng.choice(('kv', 'kv[0], kv[1]', 'kv.unbind(0)',
+                                   'kv.narrow(0, 0, 2).unbind(0)')))
+    else:
+      names = ['kc{}', 'vc{}']
+      expr = rng.choice(
+          ('pool[{0}]', 'pool[{0}, 0], pool[{0}, 1]',
+           'pool[{0}][0], pool[{0}][1]', 'pool[{0}].narrow(0, 0, 2).unbind(0)'))
+    retake = rng.random() < 0.5  # taken again before each call
+    for l in range(layers):
+      views = [n.format(l) for n in names]
+      self.setup.append(f'{", ".join(views)} = {expr.format(l)}')
+      if retake:
+        self.retake.append(', '.join(f"t['{v}']" for v in views) + ' = ' +
+                           re.sub(r'\bpool\b', "t['pool']", expr.format(l)))
+    written = {
+        'pair': ['key_cache', 'value_cache'],
+        'layer': ['kv']
+    }.get(how, ['key_cache'])
+    sources = ['k'] if how == 'keys' else ['k', 'v']
+    pos = 'p' if write == 'window' else 'idx'
+    self.params = written + sources + [pos]
+    self.args = [n.format('{layer}') for n in names[:len(written)]
+                ] + [f'{n}{{call}}' for n in sources + [pos]]
+    if rng.random() < 0.5:
+      self.body[:0] = [f'DONATE({name}, True)' for name in written]
+    padded = write != 'window' and self._chance(rng, 'index', 0.3)
+    for name, src in zip(('key_cache', 'value_cache'), sources):
+      if write == 'window':
+        self.body.append(f'{name}[:, :, p:p + 1] = {src}')
+        continue
+      view = f'{name}.flatten(0, 1)' if write == 'slots' else name
+      self.body.append(
+          self._indexed(
+              f'{view}[{{}}] = {{}}' if write == 'index_put' else
+              f'{view}.index_copy_({dim}, {{}}, {{}})', view, dim,
+              ('idx', 0, padded), src))
+    # The calls: the layers in turn (one order, or shuffled each step).
+    order = rng.choice((list(range(layers)), list(range(layers))[::-1], None))
+    sync = rng.choice(('call', 'step', 'end', None))
+    self.sync = sync and 'end'  # None: compared after every step
+    reads = rng.random() < 0.35
+    self.loop, self.steps = [], []
+    n = 1 if write == 'window' else rng.randint(1, min(3, size))  # tokens
+    for _ in range(rng.randint(1, 3)):
+      rows = [str(r) for r in rng.sample(range(size), n)]
+      if padded:  # vLLM's pad slot, past the end: XLA drops it
+        rows[-1] = rng.choice(('PAD', str(size)))
+      for l in order or rng.sample(range(layers), layers):
+        call = len(self.loop)
+        self.loop.append(l)
+        src = (1, cache[1], n, d) if layout == 'window' else (n, d)
+        for name, sign in zip(sources, '+-'):
+          self.setup.append(
+              f'{name}{call} = values{src}.to(device) {sign} {call + 1}')
+        self.setup.append(f'p{call} = {rows[0]}' if write == 'window' else
+                          f'idx{call} = torch.tensor([{", ".join(rows)}], '
+                          'device=device)')
+        self.steps += ['retake'] * retake + ['compiled']
+        if reads and rng.random() < 0.7:
+          self.steps.append('compiled2')
+        self.steps += ['sync'] * (sync == 'call')
+      self.steps += ['sync'] * (sync == 'step')
+    if reads:  # q against the keys of the layer the last call wrote
+      q = (1, cache[1], 1, d) if layout == 'window' else (1, d)
+      self.setup.append(f'q = values{q}.to(device)')
+      self.params2 = (['kv'] if how == 'layer' else
+                      ['key_cache', 'value_cache']) + ['q']
+      self.args2 = [n.format('{layer}') for n in names] + ['q']
+      self.body2 = ['key_cache, value_cache = kv'] * (how == 'layer')
+      keys, values = (f'{n}.flatten(0, 1)' if layout == 'paged' else n
+                      for n in ('key_cache', 'value_cache'))
+      score = (f'q @ {keys}.transpose(-1, -2)'
+               if layout == 'window' else f'q @ {keys}.T')
+      self.body2.append('return ' +
+                        rng.choice((score,
+                                    f'({score}).softmax(-1) @ {values}')))
+    calls = [i for i, s in enumerate(self.steps) if s == 'compiled']
+    if len(calls) > 1 and rng.random() < 0.3:  # synced before the next call
+      view = names[0].format(rng.randrange(layers))
+      self.eager.append(f"t['read'] = t['{view}']" + rng.choice(
+          ('[0] * 2', '.sum(0)') if how == 'layer' else (' * 2', '.sum(0)')))
+      at = rng.choice(calls[:-1]) + 1
+      self.steps[at:at] = ['eager', 'sync']
+      self.setup.append('read = None')
 
   def _chance(self, rng, family, p):
     """True with probability `p` if `family` is on."""
@@ -992,7 +1139,10 @@ class Program:
     """The program as a standalone script; `parts` (of PARTS) replace the
     program's own."""
     p = {k: parts.get(k, getattr(self, k)) for k in PARTS}
-    names = [s.split(' = ')[0] for s in p['setup'] if ' = ' in s]
+    names = [
+        n for s in p['setup'] if ' = ' in s
+        for n in s.split(' = ')[0].split(', ')
+    ]
     families = ', '.join(sorted(self.drawn)) or 'none'
     lines = [
         f'# fuzz_views.py program, seed {self.seed}, families: {families}' +
@@ -1004,15 +1154,20 @@ class Program:
     lines += ['  return dict(' + ', '.join(f'{n}={n}' for n in names) + ')']
     lines += ['', '', f'def fn({", ".join(self.params)}):']
     lines += [f'  {s}' for s in p['body']] or ['  pass']
+    if 'compiled2' in p['steps']:  # loops: reads a layer
+      lines += ['', '', f'def fn2({", ".join(self.params2)}):']
+      lines += [f'  {s}' for s in self.body2]
     for name in ('eager', 'retake', 'pending', 'after'):
       if name in p['steps'] or name == 'after':
         lines += ['', '', f'def {name}({"outs" if name == "after" else "t"}):']
         lines += [f'  {s}' for s in p[name]] or ['  pass']
+    args2 = [f'ARGS2 = {self.args2!r}'] if 'compiled2' in p['steps'] else []
     lines += [
-        '', '', f'ARGS = {self.args!r}', f'STATIC = {self.static!r}',
-        f'GRADS = {self.grads!r}', f'STEPS = {p["steps"]!r}',
-        f'DYNAMIC = {self.dynamic!r}', f'NOGRAD = {self.nograd!r}',
-        f'INFERENCE = {self.inference!r}', f'SYNC = {self.sync!r}'
+        '', '', f'ARGS = {self.args!r}', *args2, f'LOOP = {self.loop!r}',
+        f'STATIC = {self.static!r}', f'GRADS = {self.grads!r}',
+        f'STEPS = {p["steps"]!r}', f'DYNAMIC = {self.dynamic!r}',
+        f'NOGRAD = {self.nograd!r}', f'INFERENCE = {self.inference!r}',
+        f'SYNC = {self.sync!r}'
     ]
     return '\n'.join(lines) + MAIN
 

@@ -24,8 +24,9 @@ torch.ops.xla = types.SimpleNamespace(
 torch.compile = lambda fn, **kwargs: fn
 sys.path.insert(0, sys.argv[1])
 import fuzz_views
+families = sys.argv[3].split(',') if sys.argv[3:] else fuzz_views.FAMILIES
 for seed in range(int(sys.argv[2])):
-  script = fuzz_views.Program(seed).script()
+  script = fuzz_views.Program(seed, tuple(families)).script()
   print(seed, *fuzz_views.run_source(script, f'fuzz_views_{seed}'))
 '''
 
@@ -56,6 +57,21 @@ def test_programs_valid_under_cpu_eager():
                         check=True)
   lines = proc.stdout.splitlines()
   assert len(lines) == 400
+  assert [l for l in lines if not l.endswith(' ok ')] == []
+
+
+def test_loops_programs_valid_under_cpu_eager():
+  # loops alone (with index's pad slots): every program a decoder's loop
+  # over the layers of a pool, 200 of them, each runs under CPU eager.
+  assert all('loops' in fuzz_views.Program(s, ('loops', 'index')).drawn
+             for s in range(200))
+  proc = subprocess.run(
+      [sys.executable, '-c', CPU_ONLY, TOOLS, '200', 'loops,index'],
+      capture_output=True,
+      text=True,
+      check=True)
+  lines = proc.stdout.splitlines()
+  assert len(lines) == 200
   assert [l for l in lines if not l.endswith(' ok ')] == []
 
 
