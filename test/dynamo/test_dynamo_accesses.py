@@ -65,6 +65,15 @@ class AccessFinderTest(unittest.TestCase):
     accesses, _ = _accesses(fn, cache, rows, idx, out)
     self.assertEqual(accesses.written, {0, 3})
 
+  def test_foreach_ops_write_their_inputs(self):
+    # A fake foreach op bumps no version counter.
+    def fn(a, b, c):
+      torch._foreach_add_([a, b], 1.0)
+      return c * 2
+
+    accesses, _ = _accesses(fn, *self.tensors(3, 2, 3))
+    self.assertEqual(accesses.written, {0, 1})
+
   def test_inputs_are_not_aliased_in_the_fake_run(self):
     # Views of one tensor are told apart by position: only the one written.
     base = self.tensors(1, 2, 4)[0]

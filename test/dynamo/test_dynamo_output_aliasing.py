@@ -98,6 +98,32 @@ class OutputAliasingTest(parameterized.TestCase):
 
     self.assert_matches_eager(fn, write=0)
 
+  def test_views_of_a_transposed_intermediate(self):
+    # `x.t() + 1` keeps the strides of `x.t()`, but XLA's tensor is row-major.
+    def unbind(x, w):
+      return (x.t() + w[:2]).unbind(0)
+
+    def row(x, w):
+      y = x.t() * 2
+      return y, y[0]
+
+    self.assert_matches_eager(unbind, write=0)
+    self.assert_matches_eager(row, write=0)
+    self.assert_matches_eager(row, write=1)
+
+  def test_split_of_an_intermediate_along_its_last_dim(self):
+    # XLA's as_strided_scatter writes a view that is not dense, as a (2, 3)
+    # chunk of a (2, 12) tensor is, as if it were.
+    def inputs(device, grad):
+      return [torch.arange(24.).reshape(2, 12).to(device).requires_grad_(grad)]
+
+    def fn(a):
+      t = torch.split(a, 3, -1)
+      return t[0], t[1], t[2], t[3]
+
+    self.assert_matches_eager(fn, write=0, inputs=inputs)
+    self.assert_matches_eager(lambda a: fn(a + 1), write=0, inputs=inputs)
+
   def test_views_without_their_base(self):
 
     def fn(x, w):
@@ -136,6 +162,14 @@ class OutputAliasingTest(parameterized.TestCase):
       return (x * w).sum(), *getattr(x, op)(1)
 
     self.assert_matches_eager(fn, write=1, inputs=inputs)
+
+  def test_torch_func_grad_in_the_graph(self):
+    # torch.func's wrapped tensors in the graph have no storage.
+    def fn(x, w):
+      g = torch.func.grad(lambda t: (t.sin() * w).sum())(x)
+      return g, g[0]
+
+    self.assert_matches_eager(fn, write=0)
 
   def test_two_intermediates(self):
 
@@ -194,6 +228,25 @@ class OutputAliasingTest(parameterized.TestCase):
     for xla, cpu in zip(*reversed(results)):
       self.assertEqual(xla.shape, cpu.shape)
       torch.testing.assert_close(xla, cpu)
+
+  def test_set__on_an_intermediate(self):
+    # PyTorch's test_set__steals_view_chain: `set_` is tagged an in-place view
+    # op, but it has no view op (`set`) to be traced as.
+    def inputs(device, grad):
+      return [
+          torch.arange(9.).reshape(3, 3).to(device),
+          torch.arange(36.).reshape(4, 3, 3).to(device)
+      ]
+
+    def fn(a, b):
+      a_ = a.mul(2)
+      b_ = b.mul(2)
+      b_slice = b_[1].view(3, 3)
+      a_.set_(b_slice)
+      a_.view(-1).mul_(2)
+      return a_ * b_slice, b_
+
+    self.assert_matches_eager(fn, write=0, inputs=inputs)
 
   def test_outputs_that_need_no_computation(self):
 

@@ -237,6 +237,22 @@ class ViewInputsTest(parameterized.TestCase):
 
     self.assert_matches_eager(fn, setup)
 
+  def test_foreach_write_into_views_of_one_buffer(self):
+    # A fake foreach op bumps no version counter: the fake run missed its
+    # writes, and AOTAutograd failed on the aliased inputs.
+    def fn(donate, a, b, c):
+      if donate:
+        _donate(a, b)
+      torch._foreach_add_([a, b], 1.0)
+      return c * 2
+
+    def setup(device):
+      base = _values(2, 3).to(device)
+      a, b = base
+      return dict(base=base, a=a, b=b, c=_values(3).to(device)), ['a', 'b', 'c']
+
+    self.assert_matches_eager(fn, setup)
+
   def test_base_and_its_view(self):
 
     def fn(donate, base, row):
@@ -363,6 +379,28 @@ class ViewInputsTest(parameterized.TestCase):
 
     with torch.no_grad():
       self.assert_matches_eager(fn, setup)
+
+  def test_view_given_another_views_data(self):
+    # `k.data = kv[1]` keeps `k`, its storage and its number of view ops: the
+    # second call writes `kv[1]`, not `kv[0]` again.
+    def fn(donate, k):
+      if donate:
+        _donate(k)
+      k.add_(1)
+      return k * 2
+
+    def setup(device):
+      kv = torch.zeros(3, 4, 3, device=device)
+      return dict(kv=kv, k=kv[0]), ['k']
+
+    moves = {}  # cache -> times `k` moved
+
+    def between(tensors):
+      kv = tensors['kv']
+      moves[id(kv)] = moves.get(id(kv), 0) + 1
+      tensors['k'].data = kv[moves[id(kv)] % 3]
+
+    self.assert_matches_eager(fn, setup, steps=3, between=between)
 
   def test_views_made_under_inference_mode_are_refused(self):
     # inference_mode does not record views (`_base` is None): no path can
