@@ -294,7 +294,8 @@ class DynamoSpmdViewInputsTest(parameterized.TestCase):
       if sync == 'call':
         torch_xla.sync()
       torch.testing.assert_close(
-          out.cpu(), write(*cpu_views, k, slots), rtol=1e-5, atol=1e-5)
+          out.cpu(), write(*cpu_views, k, slots), rtol=1e-4,
+          atol=1e-4)  # sums over 4 shards, in another order
     torch_xla.sync()
     torch.testing.assert_close(pool.cpu(), cpu_pool, rtol=0, atol=0)
     self.assertIn('devices=[1,1,1,4,1]',
