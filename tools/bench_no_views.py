@@ -8,9 +8,13 @@ graph is compiled twice, once by backend="openxla" (the series) and once by
 torch's stock AOTAutograd backend with stock's own dynamo_bridge.py (read from
 the unpatched tree, `tools/apply_and_test.sh --unpatched`). Each round times
 --calls calls of each, alternating (no sync in between), and takes the
-median; the table gives the median over rounds and the rounds' range.
+median; the table gives the median over rounds and the rounds' range. The
+donating call is timed again with rows made at every call (outside the
+timer), and both again beside --live other live tensors, none pending: the
+series looks for pending tensors when a tensor was made since its last call.
 
-  tools/bench_no_views.py [--rounds 9] [--calls 400] [--json FILE]
+  tools/bench_no_views.py [--rounds 9] [--calls 400] [--live 10,1000,5000]
+                          [--json FILE]
 """
 import argparse
 import importlib.util
@@ -42,9 +46,13 @@ def graphs():
   mlp = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])
   mlp = mlp.to(device)
   weights = [torch.randn(64, 64, device=device) for _ in range(16)]
+  def new_rows():  # as a decoder's next token: made between calls
+    return cache, slots, rows.cpu().to(device)
+
   return [
       ('matmul', lambda a, b: a @ b, (a, a)),
       ('donated index_copy_', write, (cache, slots, rows)),
+      ('donated index_copy_, rows made at every call', write, new_rows),
       ('8-layer MLP forward', lambda a: mlp(a), (a,)),
       ('16 inputs, in-place add', lambda *ws: [w.add_(1) for w in ws][0],
        weights),
@@ -56,7 +64,7 @@ def own_code(fn):
                             fn.__defaults__, fn.__closure__)
 
 
-def child(stock_bridge, rounds, calls):
+def child(stock_bridge, rounds, calls, lives):
   import torch
   import torch_xla
   import torch_xla.core.dynamo_bridge
@@ -67,7 +75,19 @@ def child(stock_bridge, rounds, calls):
   stock = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(stock)
   result = {}
-  for name, fn, args in graphs():
+  entries = graphs()
+  for live in lives:  # the donating call, beside other live tensors
+    entries += [(f'{name}, {live} live tensors', fn, args)
+                for name, fn, args in entries[1:3]]
+  kept = []
+  for name, fn, args in entries:
+    if ' live tensors' in name:  # none pending
+      live = int(name.split(', ')[-1].split()[0])
+      kept[live:] = []
+      kept += [torch.zeros(2, device=torch_xla.device()) for _ in range(live)]
+      torch_xla.sync()
+    make = args if callable(args) else lambda: args
+    args = make()
     # A code object of its own each: Dynamo caches graphs per code object.
     series = torch.compile(own_code(fn), backend='openxla')
     # torch's stock backend, its bridge stock's (torch imports it by name).
@@ -88,6 +108,7 @@ def child(stock_bridge, rounds, calls):
       for i in range(calls):
         pair = [('stock', baseline), ('series', series)]
         for build, f in pair[::1 - 2 * (i % 2)]:
+          args = make()
           start = time.perf_counter()
           f(*args)
           times[build].append(time.perf_counter() - start)
@@ -103,11 +124,16 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--rounds', type=int, default=9)
   parser.add_argument('--calls', type=int, default=400)
+  parser.add_argument(
+      '--live',
+      type=lambda s: [int(n) for n in s.split(',') if n],
+      default=[10, 1000, 5000],
+      help='time the donating calls again beside this many live tensors')
   parser.add_argument('--json', help='write the table to this file')
   parser.add_argument('--child', help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.child:
-    return child(args.child, args.rounds, args.calls)
+    return child(args.child, args.rounds, args.calls, args.live)
 
   def run(*command, flags=()):
     return subprocess.run(
@@ -122,7 +148,8 @@ def main():
                      flags=['--unpatched'])
   runs = json.loads(
       run('python', __file__, '--child', stock_bridge, '--rounds',
-          str(args.rounds), '--calls', str(args.calls)))
+          str(args.rounds), '--calls', str(args.calls), '--live', ','.join(
+              map(str, args.live))))
   rows = []
   print('| graph | stock µs/call | series µs/call | series / stock '
         '(median, rounds\' range) |')

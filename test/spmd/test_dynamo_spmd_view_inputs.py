@@ -301,6 +301,38 @@ class DynamoSpmdViewInputsTest(parameterized.TestCase):
     self.assertIn('devices=[1,1,1,4,1]',
                   torch_xla._XLAC._get_xla_sharding_spec(pool))
 
+  @parameterized.parameters('product', 'clone', 'sibling')
+  def test_reads_pending_when_a_sharded_pool_is_donated(self, read):
+    # An eager read of a layer's keys, taken before the call that donates the
+    # sharded pool, keeps the keys from before the call, as on CPU.
+    def write(key_cache, k, slots):
+      _donate(key_cache)
+      key_cache.index_copy_(0, slots, k)
+
+    readers = dict(
+        product=lambda kc, vc: kc * 2,
+        clone=lambda kc, vc: kc.clone(),
+        sibling=lambda kc, vc: vc)
+    layers, device = 2, torch_xla.device()
+    cpu_pool = torch.randn(layers, 2, BLOCKS * BLOCK, HEADS, HEAD_DIM)
+    pool = cpu_pool.to(device)
+    xs.mark_sharding(pool, self.mesh, (None, None, None, 'x', None))
+    torch_xla.sync()
+    compiled = torch.compile(write, backend='openxla')
+    reads = []
+    for step, l in [(s, l) for s in range(3) for l in range(layers)]:
+      views, cpu_views = tuple(pool[l]), tuple(cpu_pool[l])
+      got, want = readers[read](*views), readers[read](*cpu_views).clone()
+      k = torch.randn(2, HEADS, HEAD_DIM)
+      slots = torch.tensor([step, BLOCKS * BLOCK - 1 - l])
+      compiled(views[0], k.to(device), slots.to(device))
+      write(cpu_views[0], k, slots)
+      reads.append((got, want))
+    torch_xla.sync()
+    for got, want in reads:
+      torch.testing.assert_close(got.cpu(), want, rtol=0, atol=0)
+    torch.testing.assert_close(pool.cpu(), cpu_pool, rtol=0, atol=0)
+
 
 if __name__ == '__main__':
   test = unittest.main()
