@@ -275,8 +275,9 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     for step in range(2):
       torch_xla.sync()
       xm.wait_device_ops()
-      # Not cleared: a call after the counters are cleared syncs pending
-      # tensors ([Note: Pending readers of a donated buffer]).
+      # Not cleared: a lifted call after the counters are cleared syncs the
+      # live tensors, as a clone may have been made ([Note: Pending readers
+      # of a donated buffer]).
       before = [
           met.counter_value('DynamoLiftedGraph'),
           met.metric_data('CompileTime')[0],
