@@ -85,6 +85,9 @@ verdict (and per build: ok, mismatch, error, unsupported, dead, invalid):
               not on stock, which never donates through a view (as stock
               fails for a plain donated tensor read while pending), and the
               program without that read is ok on the series;
+  pytorch     PyTorch's own compiler on CPU, torch.compile(backend=
+              "aot_eager"), raises or differs from CPU eager: not a valid
+              program for any backend (e.g. a ConstraintViolationError);
   invalid     CPU eager itself raised: a bug of this fuzzer.
 A child runs programs one after another in a process forked from one that
 imported torch_xla, and after a program that is not ok forks a new one: no
@@ -119,6 +122,7 @@ import types
 
 HARNESS = '''
 import contextlib
+import types
 
 import torch
 import torch_xla
@@ -191,38 +195,53 @@ def call(f, args, state, step, calls):
     state[f'out{step}_{i}'] = out
 
 
-def reference(f, *args):
+def reference(f, *args, by='CPU eager'):
   try:
     return f(*args)
   except Exception as e:
-    raise AssertionError(f'INVALID program: CPU eager raised {e!r}') from e
+    raise AssertionError(f'INVALID program: {by} raised {e!r}') from e
+
+
+def aot_eager(f):
+  """What PyTorch itself compiles, on CPU: a program it fails or gets wrong
+  is invalid. A code object of its own: Dynamo caches graphs per code."""
+  f = types.FunctionType(f.__code__.replace(), f.__globals__, f.__name__,
+                         f.__defaults__, f.__closure__)
+  return torch.compile(f, backend='aot_eager', dynamic=DYNAMIC)
 
 
 def run():
   with torch.inference_mode(INFERENCE == 'all'), torch.set_grad_enabled(
       not NOGRAD):
-    xla, cpu = setup(torch_xla.device()), setup('cpu')
+    xla, cpu, aot = setup(torch_xla.device()), setup('cpu'), setup('cpu')
   compiled = torch.compile(fn, backend='openxla', dynamic=DYNAMIC)
+  compiled_aot = aot_eager(fn)
   if 'compiled2' in STEPS:  # loops: fn2 reads what the last call wrote
     compiled2 = torch.compile(fn2, backend='openxla', dynamic=DYNAMIC)
+    compiled2_aot = aot_eager(fn2)
+  by = 'CPU aot_eager'
   with torch.inference_mode(bool(INFERENCE)), torch.set_grad_enabled(
       not NOGRAD):
     for step, kind in enumerate(STEPS):
       if kind == 'compiled':
         calls = STEPS[:step].count('compiled')
         reference(call, fn, ARGS, cpu, step, calls)
+        reference(call, compiled_aot, ARGS, aot, step, calls, by=by)
         call(compiled, ARGS, xla, step, calls)
       elif kind == 'compiled2':
         calls = max(STEPS[:step].count('compiled') - 1, 0)
         reference(call, fn2, ARGS2, cpu, step, calls)
+        reference(call, compiled2_aot, ARGS2, aot, step, calls, by=by)
         call(compiled2, ARGS2, xla, step, calls)
       elif kind == 'sync':
         torch_xla.sync()
       else:
         reference(globals()[kind], cpu)
+        reference(globals()[kind], aot, by=by)
         globals()[kind](xla)
       if SYNC == 'step':
         torch_xla.sync()
+      reference(compare, f'step {step} ({kind})', aot, cpu, by=by)
       if SYNC != 'end' and kind != 'pending' or kind == 'sync':
         compare(f'step {step} ({kind})', xla, cpu)
     if SYNC == 'end':
@@ -243,7 +262,7 @@ FAMILIES = ('rows', 'static', 'meta', 'index', 'grad', 'outputs', 'dynamic',
 # The lists of statements of a program's script, which shrink() drops from.
 PARTS = ('setup', 'body', 'eager', 'retake', 'pending', 'after', 'steps')
 VERDICTS = ('ok', 'fixed', 'regression', 'limit', 'silent', 'both',
-            'invalid')
+            'pytorch', 'invalid')
 BUILDS = {}  # 'stock', 'series' -> (python, environment); see build_envs()
 TIMEOUT = 300  # seconds a program may take
 
@@ -1199,6 +1218,8 @@ def classify(line):
   """The outcome of a program that raised; `line` as given by failure()."""
   if line.startswith('AssertionError: MISMATCH'):
     return 'mismatch'
+  if line.startswith('AssertionError: INVALID program: CPU aot_eager'):
+    return 'pytorch'
   if line.startswith('AssertionError: INVALID'):
     return 'invalid'
   if line.startswith('NotImplementedError: torch.compile(backend="openxla")'):
@@ -1218,8 +1239,9 @@ def verdict(stock, series, pending_deleted=False, same=False):
   """A program's verdict (see the module's doc) from its outcomes, whether
   it has a pending read and the series failed on a deleted buffer, and
   whether both builds failed alike (the same message)."""
-  if 'invalid' in (stock, series):
-    return 'invalid'
+  for invalid in ('invalid', 'pytorch'):
+    if invalid in (stock, series):
+      return invalid
   if series == 'mismatch':
     return 'both' if same and stock == 'mismatch' else 'silent'
   if stock == 'ok':
@@ -1436,7 +1458,10 @@ def reproduce(run, program, result, shrunk):
 
 def table(results):
   """Markdown tables: the verdicts per family, the outcomes per build."""
-  head = ['family', 'programs', *VERDICTS, 'dead stock', 'dead series']
+  head = [
+      'family', 'programs', *VERDICTS, 'dead stock', 'dead series',
+      'series ok of the valid'
+  ]
   lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
   groups = [('all', results)] + [
       (f, [r for r in results if f in r['families']]) for f in FAMILIES
@@ -1444,11 +1469,18 @@ def table(results):
   for name, group in groups:
     counts = collections.Counter(r['verdict'] for r in group)
     dead = [sum(r[b]['outcome'] == 'dead' for r in group) for b in BUILDS]
+    valid = [r for r in group if r['verdict'] not in ('pytorch', 'invalid')]
+    ok = sum(r['series']['outcome'] == 'ok' for r in valid)
+    share = f'{ok} ({100 * ok / len(valid):.1f}%)' if valid else '-'
     lines.append('| ' + ' | '.join(
-        map(str, [name, len(group), *(counts[v] for v in VERDICTS), *dead])) +
-                 ' |')
-  kinds = ('ok', 'mismatch', 'error', 'unsupported', 'dead', 'invalid')
-  lines += ['', '| build | ' + ' | '.join(kinds) + ' |', '|---|' + '---|' * 6]
+        map(str, [name, len(group), *(counts[v] for v in VERDICTS), *dead,
+                  share])) + ' |')
+  kinds = ('ok', 'mismatch', 'error', 'unsupported', 'dead', 'pytorch',
+           'invalid')
+  lines += [
+      '', '| build | ' + ' | '.join(kinds) + ' |',
+      '|---|' + '---|' * len(kinds)
+  ]
   for b in BUILDS:
     counts = collections.Counter(r[b]['outcome'] for r in results)
     lines.append(f'| {b} | ' + ' | '.join(str(counts[k]) for k in kinds) + ' |')

@@ -45,6 +45,13 @@ def test_verdicts():
   assert v('ok', 'mismatch') == v('error', 'mismatch') == 'silent'
   assert v('mismatch', 'error') == v('dead', 'dead') == 'both'
   assert v('invalid', 'invalid') == 'invalid'
+  # PyTorch's own compiler on CPU fails it: no backend can run it.
+  assert v('pytorch', 'pytorch') == v('error', 'pytorch') == 'pytorch'
+  assert fuzz_views.classify(
+      "AssertionError: INVALID program: CPU aot_eager raised "
+      "ConstraintViolationError('...')") == 'pytorch'
+  assert fuzz_views.classify(
+      "AssertionError: INVALID program: CPU eager raised ...") == 'invalid'
 
 
 def test_programs_valid_under_cpu_eager():
