@@ -130,9 +130,11 @@ class DecoderLoopsTest(parameterized.TestCase):
            order='forward',
            layers=LAYERS,
            steps=3,
-           fn=None):
+           fn=None,
+           inference=False):
     """Calls the write of `views` on each layer of one pool for `steps`
-    steps; returns the compilations after the first step."""
+    steps (under inference mode with `inference`); returns the compilations
+    after the first step."""
     fn = fn or _WRITES[views](donate)
     compiled = torch.compile(fn, backend='openxla')
     device = torch_xla.device()
@@ -142,22 +144,23 @@ class DecoderLoopsTest(parameterized.TestCase):
             for l in range(layers)]
     torch_xla.sync()
     first = None
-    for step in range(steps):
-      for l in _order(order, layers):
-        xla_views, cpu_views = kept[l] if take == 'once' else (_take(
-            pool, l, views, chain), _take(ref, l, views, chain))
-        k = torch.full((2, DIM), 10. * step + l + 1)
-        idx = torch.tensor([step % SLOTS, SLOTS - 1 - l % SLOTS])
-        out = compiled(*xla_views, k.to(device), idx.to(device))
-        want = fn(*cpu_views, k, idx)
-        if sync == 'call':
+    with torch.inference_mode(inference):
+      for step in range(steps):
+        for l in _order(order, layers):
+          xla_views, cpu_views = kept[l] if take == 'once' else (_take(
+              pool, l, views, chain), _take(ref, l, views, chain))
+          k = torch.full((2, DIM), 10. * step + l + 1)
+          idx = torch.tensor([step % SLOTS, SLOTS - 1 - l % SLOTS])
+          out = compiled(*xla_views, k.to(device), idx.to(device))
+          want = fn(*cpu_views, k, idx)
+          if sync == 'call':
+            torch_xla.sync()
+            self.check(pool, ref, f'pool after step {step}, layer {l}')
+          self.check(out, want, f'output of step {step}, layer {l}')
+        if sync == 'step':
           torch_xla.sync()
-          self.check(pool, ref, f'pool after step {step}, layer {l}')
-        self.check(out, want, f'output of step {step}, layer {l}')
-      if sync == 'step':
-        torch_xla.sync()
-      if first is None:
-        first = self.compiles()
+        if first is None:
+          first = self.compiles()
     torch_xla.sync()
     self.check(pool, ref, 'pool at the end')
     return self.compiles() - first
@@ -172,6 +175,14 @@ class DecoderLoopsTest(parameterized.TestCase):
       for take in ('once', 'step'):
         torch._dynamo.reset()
         self.loop(views=views, take=take, order=order, layers=5)
+
+  @parameterized.parameters('kv', 'layer', 'k')
+  def test_calls_under_inference_mode(self, views):
+    # The pool and its views made outside inference mode, the calls under it,
+    # as serving code runs a model.
+    for donate in (True, False):
+      torch._dynamo.reset()
+      self.loop(views=views, donate=donate, inference=True)
 
   def test_two_views_a_call_compile_once(self):
     # From the second layer on one graph takes each view's offset.

@@ -1016,24 +1016,32 @@ class StockParityTest(parameterized.TestCase):
     torch.testing.assert_close(out.cpu(), (t[0] * t[1]).sum())
 
   def test_views_written_in_calls_under_inference_mode(self):
-    # XLA takes no view of a normal tensor in inference mode, so the graph
-    # cannot rebuild these views from their base: a lone view takes the stock
-    # path, views that alias one another get a clear error.
-    results = []
-    for device in ('cpu', torch_xla.device()):
-      base = torch.arange(8.).view(2, 4).to(device)
-      a, b = base.unbind(0)
-      f = (lambda a: a.add_(1))
-      f = torch.compile(f, backend='openxla') if device != 'cpu' else f
-      with torch.inference_mode():
-        for _ in range(2):
-          f(a)
-      results.append(base.cpu())
-    torch.testing.assert_close(*results)
-    with torch.inference_mode(), self.assertRaisesRegex(
-        NotImplementedError, 'called under torch.inference_mode'):
-      torch.compile(
-          lambda a, b: (a.add_(1), b.mul_(2)), backend='openxla')(a, b)
+    # Views of a normal tensor, taken outside inference mode and written in
+    # calls under it (a lone view, and views that alias one another, donated
+    # or not): the base sees the writes, as on CPU. XLA takes no view of a
+    # normal tensor in inference mode: the call runs outside it.
+    def write(a, b, donate):
+      if donate and a.device.type == 'xla':
+        torch.ops.xla.dynamo_set_buffer_donor_(a, True)
+      a.add_(1)
+      b.mul_(2)
+      return a + b
+
+    for donate in (False, True):
+      results = []
+      for device in ('cpu', torch_xla.device()):
+        base = torch.arange(8.).view(2, 4).to(device)
+        a, b = base.unbind(0)
+        lone = torch.compile(lambda a: a.add_(1), backend='openxla')
+        f = torch.compile(write, backend='openxla')
+        lone, f = (lambda a: a.add_(1), write) if device == 'cpu' else (lone, f)
+        with torch.inference_mode():
+          for _ in range(2):
+            lone(a)
+            out = f(a, b, donate)
+        results.append([base.cpu(), out.cpu()])
+      for xla, cpu in zip(*reversed(results)):
+        torch.testing.assert_close(xla, cpu, rtol=0, atol=0)
 
   def test_copy_into_a_view_made_under_inference_mode(self):
     # torch_xla runs the graph eagerly once while compiling it, and there
