@@ -86,18 +86,22 @@ def test_bench_smoke(run_tool, tmp_path):
 
 
 def test_bench_no_views_smoke(tools, tmp_path):
-  # One short round: each graph timed on the series and on stock's bridge.
+  # One short round: each graph timed on the series and on stock's bridge,
+  # the donating ones again beside 10 other live tensors.
   out = tmp_path / 'no_views.json'
   tools.run('bench_no_views.py',
             '--rounds',
             '1',
             '--calls',
             '5',
+            '--live',
+            '10',
             '--json',
             str(out),
             check=0)
   rows = json.loads(out.read_text())['rows']
-  assert len(rows) == 4, rows
+  assert len(rows) == 7, rows
+  assert rows[-1]['graph'].endswith(', 10 live tensors'), rows
   assert all(r['stock'] > 0 and r['series'] > 0 for r in rows), rows
 
 
