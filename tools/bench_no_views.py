@@ -46,6 +46,7 @@ def graphs():
   mlp = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(8)])
   mlp = mlp.to(device)
   weights = [torch.randn(64, 64, device=device) for _ in range(16)]
+
   def new_rows():  # as a decoder's next token: made between calls
     return cache, slots, rows.cpu().to(device)
 
@@ -75,18 +76,18 @@ def child(stock_bridge, rounds, calls, lives):
   stock = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(stock)
   result = {}
-  entries = graphs()
-  for live in lives:  # the donating call, beside other live tensors
-    entries += [(f'{name}, {live} live tensors', fn, args)
-                for name, fn, args in entries[1:3]]
-  kept = []
-  for name, fn, args in entries:
-    if ' live tensors' in name:  # none pending
-      live = int(name.split(', ')[-1].split()[0])
-      kept[live:] = []
-      kept += [torch.zeros(2, device=torch_xla.device()) for _ in range(live)]
-      torch_xla.sync()
-    make = args if callable(args) else lambda: args
+  entries = [(name, fn, args, 0) for name, fn, args in graphs()]
+  entries += [
+      (f'{name}, {live} live tensors', fn, args, live)
+      for live in lives  # the donating calls, beside live tensors
+      for name, fn, args, _ in entries
+      if name.startswith('donated')
+  ]
+  for name, fn, args, live in entries:
+    # timed beside `live` other live tensors
+    alive = [torch.zeros(2, device=torch_xla.device()) for _ in range(live)]
+    torch_xla.sync()  # none pending
+    make = args if callable(args) else lambda args=args: args
     args = make()
     # A code object of its own each: Dynamo caches graphs per code object.
     series = torch.compile(own_code(fn), backend='openxla')
@@ -148,8 +149,8 @@ def main():
                      flags=['--unpatched'])
   runs = json.loads(
       run('python', __file__, '--child', stock_bridge, '--rounds',
-          str(args.rounds), '--calls', str(args.calls), '--live', ','.join(
-              map(str, args.live))))
+          str(args.rounds), '--calls', str(args.calls), '--live',
+          ','.join(map(str, args.live))))
   rows = []
   print('| graph | stock µs/call | series µs/call | series / stock '
         '(median, rounds\' range) |')
