@@ -604,6 +604,38 @@ class LiftedViewsKeepStockFeaturesTest(parameterized.TestCase):
       dynamo_config.lifted_graph_cache_size = size
     torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
 
+  def test_call_plans_leave_the_graph_in_use_cached(self):
+    # Views taken again at every call make a plan per call: in the one cache
+    # of lifted graphs and plans, they push out older plans, not the graph
+    # that every call runs.
+    device = torch_xla.device()
+    pool = torch.zeros(2, 2, 8, 4, device=device)
+    expected = torch.zeros(2, 2, 8, 4)
+
+    def fn(k, v, i, x):
+      _donate(k, v)
+      k.index_copy_(0, i, x)
+      v.index_copy_(0, i, x * 2)
+
+    compiled = torch.compile(fn, backend='openxla')
+    size = dynamo_config.lifted_graph_cache_size
+    dynamo_config.lifted_graph_cache_size = 4
+    try:
+      for step in range(6):
+        for layer in range(2):
+          x = torch.full((1, 4), float(step + layer + 1))
+          k, v = pool[layer]
+          compiled(k, v, torch.tensor([step]).to(device), x.to(device))
+          expected[layer, 0, step], expected[layer, 1, step] = x[0], 2 * x[0]
+          if (step, layer) == (1, 1):
+            met.clear_counters()  # the graph for all layers is made
+        torch_xla.sync()
+    finally:
+      dynamo_config.lifted_graph_cache_size = size
+    torch.testing.assert_close(pool.cpu(), expected, rtol=0, atol=0)
+    self.assertIsNone(met.counter_value('DynamoLiftedGraph'))
+    self.assertIsNone(met.counter_value('DynamoLiftedGraphEvicted'))
+
   def test_grad_mode_with_running_stats_in_one_buffer(self):
     # BatchNorm-style running statistics kept as views of one flat buffer,
     # updated under no_grad in a graph whose weight requires grad.
