@@ -42,8 +42,8 @@ picks those that may be):
             dims, python scalars, 0-d tensors;
   overlap   two overlapping narrows of one tensor written and read across,
             the same view passed twice, with or without dynamic=True;
-  viewkinds expand (read only), diagonal, narrow and view(torch.int32)
-            (written as bits) among the chains;
+  viewkinds expand (read only), diagonal, narrow, detach() and
+            view(torch.int32) (written as bits) among the chains;
   retake    the views taken again after each call, torch_xla.sync() after
             each step or only at the end (then compared only there), a graph
             break (graph_break() or .item()) between two writes in fn, and
@@ -964,8 +964,11 @@ class Program:
     if n >= 2 and contiguous:
       kinds += ['flatten', 'view']
     if self.viewkinds:
-      kinds += ['expand', 'narrow', 'dtype'] + (['diagonal'] if n >= 2 else [])
+      kinds += ['expand', 'narrow', 'dtype', 'detach'
+               ] + (['diagonal'] if n >= 2 else [])
     kind = rng.choice(kinds)
+    if kind == 'detach':  # an alias that autograd does not see
+      return f'{expr}.detach()', shape, contiguous, kind
     dim = rng.randrange(n)
     lead = all(s == 1 for s in shape[:dim])  # whether dim keeps contiguity
     rest = shape[:dim] + shape[dim + 1:]
