@@ -79,6 +79,11 @@ verdict (and per build: ok, mismatch, error, unsupported, dead, invalid):
   silent      a silent mismatch on the series, unless stock's is the same;
   both        not ok on both: the series raising or dying, or the same
               mismatch as stock's (the same tensor, by as much);
+  xla         not ok on both, and not ok run eagerly on XLA either (fn not
+              compiled, nothing donated): a limit of XLA's eager ops, not of
+              the compiled path (e.g. "Cannot set version_counter for
+              inference tensor": a view of a normal tensor taken in
+              inference mode);
   limit       a regression of the documented limit: an eager read of a view
               still pending when a call donates its base fails at sync
               ('... is deleted') on the series, which donates the base, and
@@ -210,14 +215,21 @@ def aot_eager(f):
   return torch.compile(f, backend='aot_eager', dynamic=DYNAMIC)
 
 
+def openxla(f):
+  """`f` compiled for XLA, or `f` itself for the eager XLA reference."""
+  return torch.compile(f, backend='openxla', dynamic=DYNAMIC) if COMPILE else f
+
+
 def run():
+  if not COMPILE:  # eager XLA: donation is a hint to compiled graphs only
+    globals()['DONATE'] = lambda tensor, donate: tensor
   with torch.inference_mode(INFERENCE == 'all'), torch.set_grad_enabled(
       not NOGRAD):
     xla, cpu, aot = setup(torch_xla.device()), setup('cpu'), setup('cpu')
-  compiled = torch.compile(fn, backend='openxla', dynamic=DYNAMIC)
+  compiled = openxla(fn)
   compiled_aot = aot_eager(fn)
   if 'compiled2' in STEPS:  # loops: fn2 reads what the last call wrote
-    compiled2 = torch.compile(fn2, backend='openxla', dynamic=DYNAMIC)
+    compiled2 = openxla(fn2)
     compiled2_aot = aot_eager(fn2)
   by = 'CPU aot_eager'
   with torch.inference_mode(bool(INFERENCE)), torch.set_grad_enabled(
@@ -261,7 +273,7 @@ FAMILIES = ('rows', 'static', 'meta', 'index', 'grad', 'outputs', 'dynamic',
             'viewkinds', 'retake', 'loops')
 # The lists of statements of a program's script, which shrink() drops from.
 PARTS = ('setup', 'body', 'eager', 'retake', 'pending', 'after', 'steps')
-VERDICTS = ('ok', 'fixed', 'regression', 'limit', 'silent', 'both',
+VERDICTS = ('ok', 'fixed', 'regression', 'limit', 'silent', 'both', 'xla',
             'pytorch', 'invalid')
 BUILDS = {}  # 'stock', 'series' -> (python, environment); see build_envs()
 TIMEOUT = 300  # seconds a program may take
@@ -1157,9 +1169,9 @@ class Program:
     return (f'i, s = in_range({view}, {dim}, {index}, {src}); ' +
             write.format('i', 's'))
 
-  def script(self, **parts):
+  def script(self, compile=True, **parts):
     """The program as a standalone script; `parts` (of PARTS) replace the
-    program's own."""
+    program's own; not `compile`: fn runs eagerly on XLA."""
     p = {k: parts.get(k, getattr(self, k)) for k in PARTS}
     names = [
         n for s in p['setup'] if ' = ' in s
@@ -1189,7 +1201,7 @@ class Program:
         f'STATIC = {self.static!r}', f'GRADS = {self.grads!r}',
         f'STEPS = {p["steps"]!r}', f'DYNAMIC = {self.dynamic!r}',
         f'NOGRAD = {self.nograd!r}', f'INFERENCE = {self.inference!r}',
-        f'SYNC = {self.sync!r}'
+        f'SYNC = {self.sync!r}', f'COMPILE = {compile!r}'
     ]
     return '\n'.join(lines) + MAIN
 
@@ -1472,7 +1484,9 @@ def table(results):
   for name, group in groups:
     counts = collections.Counter(r['verdict'] for r in group)
     dead = [sum(r[b]['outcome'] == 'dead' for r in group) for b in BUILDS]
-    valid = [r for r in group if r['verdict'] not in ('pytorch', 'invalid')]
+    valid = [
+        r for r in group if r['verdict'] not in ('xla', 'pytorch', 'invalid')
+    ]
     ok = sum(r['series']['outcome'] == 'ok' for r in valid)
     share = f'{ok} ({100 * ok / len(valid):.1f}%)' if valid else '-'
     lines.append('| ' + ' | '.join(
@@ -1548,6 +1562,14 @@ def main():
                                         < args.max_reports):
       reported[r['verdict']] += 1
       failing.append((program, r))
+  both = [(p, r) for p, r in zip(programs, results) if r['verdict'] == 'both']
+  for (program, r), (outcome, detail) in zip(  # what eager XLA does
+      both,
+      pool.map(lambda run, p: run('series', p.script(compile=False)),
+               [p for p, _ in both])):
+    r['eager xla'] = dict(outcome=outcome, detail=detail)
+    if outcome != 'ok':
+      r['verdict'] = 'xla'
   limits = [(p, r) for p, r in zip(programs, results) if r['verdict'] == 'limit']
   for (program, r), (outcome, _) in zip(  # a limit only if ok without the read
       limits,

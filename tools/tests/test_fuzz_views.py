@@ -67,6 +67,23 @@ def test_programs_valid_under_cpu_eager():
   assert [l for l in lines if not l.endswith(' ok ')] == []
 
 
+def test_programs_run_uncompiled_for_the_eager_xla_reference():
+  # A `both` program runs again with fn uncompiled and nothing donated: one
+  # that eager XLA fails too is `xla`. Uncompiled, CPU eager runs them all.
+  assert 'COMPILE = True' in fuzz_views.Program(7).script()
+  assert 'COMPILE = False' in fuzz_views.Program(7).script(compile=False)
+  proc = subprocess.run([
+      sys.executable, '-c',
+      CPU_ONLY.replace('.script()', '.script(compile=False)'), TOOLS, '100'
+  ],
+                        capture_output=True,
+                        text=True,
+                        check=True)
+  lines = proc.stdout.splitlines()
+  assert len(lines) == 100
+  assert [l for l in lines if not l.endswith(' ok ')] == []
+
+
 def test_loops_programs_valid_under_cpu_eager():
   # loops alone (with index's pad slots): every program a decoder's loop
   # over the layers of a pool, 200 of them, each runs under CPU eager.
