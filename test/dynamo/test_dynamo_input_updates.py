@@ -5,8 +5,7 @@ over the whole input does). The bridge copies the update back into that
 input; it indexed the call's arguments with the input's position among the
 tensors, so a graph with SymInt inputs before its tensors (dynamic=True) had
 the update copied into another tensor, or failed (`'int' object has no
-attribute 'copy_'`). And `aten.copy` over an input in a graph neither
-writes the input while tracing nor loses the copy (`CopiesTest`).
+attribute 'copy_'`).
 """
 import sys
 import unittest
@@ -48,54 +47,6 @@ class InputUpdatesTest(unittest.TestCase):
       view.fill_(1.5)
 
     self.assert_matches_eager(fn, view=lambda base: (base[:, 1][0],))
-
-
-class CopiesTest(unittest.TestCase):
-  """`aten.copy` in a graph. XLA's kernel writes its first argument, so
-  tracing wrote the input copied over (a dtype view of it then read the other
-  input at each later call), and its result, the other input's data, is not
-  an output XLA computes (IndexError in the bridge)."""
-
-  def setUp(self):
-    super().setUp()
-    torch._dynamo.reset()
-
-  def assert_calls_match_eager(self, fn, view=lambda base: base):
-    """`fn(view(base), src)` compiled, called with a new `src` each time."""
-    compiled = torch.compile(fn, backend='openxla')
-    cpu = torch.arange(6.).view(2, 3)
-    xla = cpu.to(torch_xla.device())
-    for step in range(3):
-      src = torch.arange(6, dtype=view(cpu).dtype).view(2, 3) * (step + 2)
-      out = compiled(view(xla), src.to(torch_xla.device()))
-      expected = fn(view(cpu), src)
-      for x, c in zip([xla, *out], [cpu, *expected]):
-        torch.testing.assert_close(x.cpu(), c, msg=lambda m: f'{step}: {m}')
-
-  def test_dtype_view_copied_over_and_written(self):
-
-    def fn(view, src):
-      view.copy_(src)
-      view.bitwise_xor_(-2**31)
-      return ()
-
-    self.assert_calls_match_eager(fn, lambda base: base.view(torch.int32))
-
-  def test_input_copied_over_after_a_read(self):
-
-    def fn(dst, src):
-      old = dst * 2
-      dst.copy_(src)
-      return old,
-
-    self.assert_calls_match_eager(fn)
-
-  def test_copy_of_an_input_returned(self):
-
-    def fn(dst, src):
-      return torch.empty_like(dst).copy_(src), dst * 2
-
-    self.assert_calls_match_eager(fn)
 
 
 if __name__ == '__main__':

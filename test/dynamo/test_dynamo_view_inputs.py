@@ -6,7 +6,6 @@ and without `dynamo_set_buffer_donor_`. See pytorch/xla#8832 and
 [Note: Graph inputs that are views] in torch_xla/_dynamo/view_inputs.py.
 """
 import io
-import itertools
 import logging
 import os
 import subprocess
@@ -1103,41 +1102,6 @@ class StockParityTest(parameterized.TestCase):
         results.append([base.cpu(), out.cpu()])
       for xla, cpu in zip(*reversed(results)):
         torch.testing.assert_close(xla, cpu, rtol=0, atol=0)
-
-  def test_copy_into_a_view_made_under_inference_mode(self):
-    # torch_xla runs the graph eagerly once while compiling it, and there
-    # XLA's `aten.copy` writes its first input in place: a view made under
-    # inference mode of part of a tensor, copied into before any other
-    # write, is left reading a buffer that the next sync deletes (the
-    # process dies, stock too). Such a view gets a clear error; a view of
-    # the whole tensor, or a copy_ after another write, takes the stock path.
-    def copy(v, x):
-      v.copy_(x * -1)
-
-    def write_then_copy(v, x):
-      v.add_(x)
-      v.copy_(x * -1)
-
-    whole = [lambda b: b.t(), lambda b: b.view(20)]
-    part = [lambda b: b.narrow(0, 1, 2), lambda b: b[1], lambda b: b.diagonal()]
-    for fn, view in itertools.product((copy, write_then_copy), whole + part):
-      refused = fn is copy and view in part
-      results = []
-      torch._dynamo.reset()
-      for device in ('cpu', torch_xla.device()):
-        with torch.inference_mode():
-          base = torch.arange(20.).view(4, 5).to(device)
-          v = view(base)
-          f = torch.compile(fn, backend='openxla') if device != 'cpu' else fn
-          if refused and device != 'cpu':
-            with self.assertRaisesRegex(NotImplementedError,
-                                        'copy_ into a view of part'):
-              f(v, torch.ones(v.shape, device=device))
-            continue
-          f(v, torch.ones(v.shape, device=device))
-          results.append(base.cpu())
-      if not refused:
-        torch.testing.assert_close(*results, rtol=0, atol=0)
 
   def test_retain_grad_and_hooks_on_view_inputs(self):
     grads = []
