@@ -5,7 +5,8 @@ trace it, wrote the input copied over. A dtype view copied over then read
 the source's data at every later call; a view of part of a tensor made
 under `torch.inference_mode()` was left on a buffer the next sync deleted
 (the process died); and the copy itself, the source's data as it is, is
-not an output XLA computes (IndexError in the bridge).
+not an output XLA computes (IndexError in the bridge). Neither is the
+result of `dynamo_set_buffer_donor_` (`DonationTest`).
 """
 import itertools
 import sys
@@ -87,6 +88,35 @@ class CopiesTest(unittest.TestCase):
           results.append((base.cpu(), v.cpu()))
       for x, c in zip(*results):
         torch.testing.assert_close(x, c, rtol=0, atol=0)
+
+
+class DonationTest(unittest.TestCase):
+  """XLA has no lowering of `view.dtype`, so the bridge splits a graph that
+  writes a dtype view around it, and the part left to XLA returns the
+  donation op's result: the input's data as it is, which XLA does not
+  compute ("Failed to get computation by hash" at the call)."""
+
+  def test_dtype_view_written_in_a_donating_graph(self):
+
+    def zero(cache):
+      torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+      cache.view(torch.int32).zero_()
+
+    def bits(cache):
+      torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+      cache.view(torch.int32).bitwise_xor_(-2**31)
+
+    for fn, sync in itertools.product((zero, bits), (False, True)):
+      torch._dynamo.reset()
+      compiled = torch.compile(fn, backend='openxla')
+      cpu = torch.arange(6.)
+      xla = cpu.to(torch_xla.device())
+      for step in range(2):
+        compiled(xla)
+        fn(cpu)
+        if sync:
+          torch.testing.assert_close(xla.cpu(), cpu, msg=lambda m: f'{m}')
+      torch.testing.assert_close(xla.cpu(), cpu)
 
 
 if __name__ == '__main__':
