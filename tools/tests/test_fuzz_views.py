@@ -54,17 +54,23 @@ def test_verdicts():
       "AssertionError: INVALID program: CPU eager raised ...") == 'invalid'
 
 
-def test_programs_valid_under_cpu_eager():
-  # 400 programs, every family among them: each one runs under CPU eager.
-  assert set().union(*(fuzz_views.Program(s).drawn for s in range(400))) == set(
-      fuzz_views.FAMILIES)
-  proc = subprocess.run([sys.executable, '-c', CPU_ONLY, TOOLS, '400'],
+def assert_run_under_cpu_eager(count, families=None, script=CPU_ONLY):
+  """Programs 0..count-1 (of `families`, default all) each run ok."""
+  proc = subprocess.run([sys.executable, '-c', script, TOOLS,
+                         str(count)] + ([families] if families else []),
                         capture_output=True,
                         text=True,
                         check=True)
   lines = proc.stdout.splitlines()
-  assert len(lines) == 400
+  assert len(lines) == count
   assert [l for l in lines if not l.endswith(' ok ')] == []
+
+
+def test_programs_valid_under_cpu_eager():
+  # 400 programs, every family among them: each one runs under CPU eager.
+  assert set().union(*(fuzz_views.Program(s).drawn for s in range(400))) == set(
+      fuzz_views.FAMILIES)
+  assert_run_under_cpu_eager(400)
 
 
 def test_programs_run_uncompiled_for_the_eager_xla_reference():
@@ -72,16 +78,9 @@ def test_programs_run_uncompiled_for_the_eager_xla_reference():
   # that eager XLA fails too is `xla`. Uncompiled, CPU eager runs them all.
   assert 'COMPILE = True' in fuzz_views.Program(7).script()
   assert 'COMPILE = False' in fuzz_views.Program(7).script(compile=False)
-  proc = subprocess.run([
-      sys.executable, '-c',
-      CPU_ONLY.replace('.script()', '.script(compile=False)'), TOOLS, '100'
-  ],
-                        capture_output=True,
-                        text=True,
-                        check=True)
-  lines = proc.stdout.splitlines()
-  assert len(lines) == 100
-  assert [l for l in lines if not l.endswith(' ok ')] == []
+  assert_run_under_cpu_eager(100,
+                             script=CPU_ONLY.replace('.script()',
+                                                     '.script(compile=False)'))
 
 
 def test_loops_programs_valid_under_cpu_eager():
@@ -89,14 +88,7 @@ def test_loops_programs_valid_under_cpu_eager():
   # over the layers of a pool, 200 of them, each runs under CPU eager.
   assert all('loops' in fuzz_views.Program(s, ('loops', 'index')).drawn
              for s in range(200))
-  proc = subprocess.run(
-      [sys.executable, '-c', CPU_ONLY, TOOLS, '200', 'loops,index'],
-      capture_output=True,
-      text=True,
-      check=True)
-  lines = proc.stdout.splitlines()
-  assert len(lines) == 200
-  assert [l for l in lines if not l.endswith(' ok ')] == []
+  assert_run_under_cpu_eager(200, 'loops,index')
 
 
 def test_child_restarts_after_a_failure(tools, monkeypatch):
