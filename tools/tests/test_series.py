@@ -85,5 +85,6 @@ def test_patch_sizes_within_the_bars():
 
 
 def test_series_size_within_its_bar():
-  # The upstream-PRs issue's bar for the whole series.
-  assert _grows(_sizes()) <= 1500
+  # The mergeable-pieces issue's bar for the whole series: 1,600 lines added
+  # to torch_xla/ (here net: the series also removes 10 of v2.9.0's).
+  assert _grows(_sizes()) <= 1600
