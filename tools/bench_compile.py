@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Compile-time and decode-step benchmark: a compiled per-layer KV write in a
+decoder loop over L layers, with fresh argument tensors at every call.
+
+A layer's call writes T tokens into its K and V caches with vLLM's pattern
+(`kc.flatten(0, 1).index_copy_(0, slots, k)`), reads 16 rows of each back and
+returns them, as attention does; the caches are marked as buffer donors with
+`--donate`.  How the caches reach the call (--layouts):
+
+  sep      two tensors a layer (what vLLM and transformers allocate)
+  kept     views of one pool (L, 2, ...), `kept = [tuple(pool[l]) ...]` once
+  retaken  views of one pool taken again at every call: `k, v = pool[l]`
+  report   a (2, ...) tensor a layer, `key_cache, value_cache = kv_cache` at
+           every call (pytorch/xla#8832)
+
+`--views 1` passes a layer's (2, ...) cache and splits it inside: a tensor a
+layer (sep, report), or the pool's `pool[l]` (kept, retaken).
+Each configuration runs in a child process and prints, in ms: `first`, the
+first step (Dynamo + AOTAutograd + bridge + XLA compiles, then a sync),
+`shape2`, the first step with another token count, and `warm`, the median
+step after warm-up (every layer's call, torch_xla.sync(), wait), with the XLA
+executions a warm step makes.  `--json` writes the rows.
+
+  tools/apply_and_test.sh --run python tools/bench_compile.py --rounds 3 \\
+      --stock "$(tools/apply_and_test.sh --unpatched --run printenv PYTHONPATH)" \\
+      --json compile.json
+"""
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+BLOCKS, BLOCK, HEADS, DIM = 64, 16, 4, 32
+
+
+def child(layout, layers, views, donate, steps):
+  import torch
+  import torch_xla
+  import torch_xla.debug.metrics as met
+
+  dev = torch_xla.device()
+  donor = torch.ops.xla.dynamo_set_buffer_donor_
+  shape = (BLOCKS, BLOCK, HEADS, DIM)
+
+  def write(kc, vc, k, v, slots):
+    if donate:
+      donor(kc, True)
+      donor(vc, True)
+    kc.flatten(0, 1).index_copy_(0, slots, k)
+    vc.flatten(0, 1).index_copy_(0, slots, v)
+    return kc.flatten(0, 1)[:16] + vc.flatten(0, 1)[:16]
+
+  def write_layer(cache, k, v, slots):
+    kc, vc = cache
+    return write(kc, vc, k, v, slots)
+
+  fn = torch.compile(write if views == 2 else write_layer, backend='openxla')
+  caches = [(torch.zeros(shape, device=dev), torch.zeros(shape, device=dev))
+            for _ in range(layers)]
+  pool = torch.zeros((layers, 2) + shape, device=dev)
+  kept = [tuple(pool[l]) for l in range(layers)]
+  pool_layers = [pool[l] for l in range(layers)]
+  per_layer = [torch.zeros((2,) + shape, device=dev) for _ in range(layers)]
+  torch_xla.sync()
+
+  def layer_caches(l):
+    if layout == 'sep':
+      return caches[l]
+    if layout == 'kept':
+      return kept[l]
+    if layout == 'retaken':
+      return tuple(pool[l])
+    key_cache, value_cache = per_layer[l]  # the report's pattern
+    return key_cache, value_cache
+
+  def layer(l, tokens, n):
+    # Fresh inputs from the host, as a server's are: device data; the views
+    # are the layer's locals, as in an attention layer's forward.
+    k = torch.randn(tokens, HEADS, DIM).to(dev)
+    v = torch.randn(tokens, HEADS, DIM).to(dev)
+    slots = (torch.arange(tokens) + (n * tokens) % 512).to(dev)
+    if views == 1:  # sep, report: a (2, ...) tensor a layer
+      cache = dict(kept=pool_layers[l],
+                   retaken=pool[l]).get(layout, per_layer[l])
+      return fn(cache, k, v, slots)
+    kc, vc = layer_caches(l)
+    return fn(kc, vc, k, v, slots)
+
+  def step(tokens, n):
+    for l in range(layers):
+      layer(l, tokens, n)
+    torch_xla.sync()
+    torch_xla._XLAC._xla_wait_device_ops([])
+
+  def timed(tokens, n):
+    start = time.perf_counter()
+    step(tokens, n)
+    return (time.perf_counter() - start) * 1e3
+
+  first = timed(2, 0)
+  shape2 = timed(3, 1)
+  for n in range(2, 12):
+    step(2, n)
+  before = met.metric_data('ExecuteTime')
+  before = before[0] if before else 0
+  times = [timed(2, n) for n in range(12, 12 + steps)]
+  after = met.metric_data('ExecuteTime')[0]
+  print(
+      json.dumps(
+          dict(first=first,
+               shape2=shape2,
+               warm=statistics.median(times),
+               executions=(after - before) / steps)))
+
+
+def run_child(config, steps, pythonpath=None):
+  env = dict(os.environ, PJRT_DEVICE='CPU')
+  if pythonpath is not None:
+    env['PYTHONPATH'] = pythonpath
+  out = subprocess.run(
+      [sys.executable, __file__, '--child', *config, '--steps',
+       str(steps)],
+      capture_output=True,
+      text=True,
+      env=env)
+  if out.returncode:
+    print(f'{config}: {out.stderr.strip().splitlines()[-1:]}', file=sys.stderr)
+    return None
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main():
+  p = argparse.ArgumentParser(
+      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument('--layouts', default='sep,kept,retaken,report')
+  p.add_argument('--layers', default='8,32')
+  p.add_argument('--views', default='2', help='1, 2 or 1,2')
+  p.add_argument('--donate', default='yes', help='yes, no or yes,no')
+  p.add_argument('--steps', type=int, default=100)
+  p.add_argument('--rounds', type=int, default=1)
+  p.add_argument(
+      '--stock',
+      help='PYTHONPATH of a stock torch_xla (`tools/apply_and_test.sh '
+      '--unpatched --run printenv PYTHONPATH`): each configuration runs there '
+      'too, interleaved, and the table gives the ratios to stock on `sep`')
+  p.add_argument('--json')
+  p.add_argument('--child', nargs=4, help=argparse.SUPPRESS)
+  a = p.parse_args()
+  if a.child:
+    layout, layers, views, donate = a.child
+    return child(layout, int(layers), int(views), donate == 'yes', a.steps)
+  configs = list(
+      itertools.product(a.layouts.split(','), a.layers.split(','),
+                        a.views.split(','), a.donate.split(',')))
+  runs = {(c, v): [] for c in configs for v in ('series', 'stock')}
+  for _ in range(a.rounds):
+    for c in configs:
+      runs[c, 'series'].append(run_child(c, a.steps))
+      if a.stock:
+        runs[c, 'stock'].append(run_child(c, a.steps, a.stock))
+  keys = ('first', 'shape2', 'warm', 'executions')
+  table = []
+  for (c, variant), results in runs.items():
+    ok = [r for r in results if r]
+    if results:
+      table.append(
+          dict(layout=c[0],
+               layers=int(c[1]),
+               views=int(c[2]),
+               donate=c[3],
+               torch_xla=variant,
+               runs=len(ok),
+               **{k: statistics.median(r[k] for r in ok) for k in keys if ok}))
+  sep = {
+      (r['layers'], r['views'], r['donate']): r
+      for r in table
+      if r['torch_xla'] == 'stock' and r['layout'] == 'sep' and r['runs']
+  }
+  print('torch_xla layout   L views donate  first ms  shape2 ms  warm ms  '
+        'exec/step  / stock sep: first shape2  warm')
+  for r in table:
+    row = (
+        f"{r['torch_xla']:9} {r['layout']:8} {r['layers']:>2} {r['views']:>5} "
+        f"{r['donate']:>6}")
+    if not r['runs']:
+      print(f'{row}  error')
+      continue
+    row += (f" {r['first']:9.0f} {r['shape2']:10.0f} {r['warm']:8.2f} "
+            f"{r['executions']:10.1f}")
+    ref = sep.get((r['layers'], r['views'], r['donate']))
+    if ref:
+      r.update({f'{k}_vs_stock_sep': r[k] / ref[k] for k in keys[:3]})
+      row += (f"  {r['first_vs_stock_sep']:17.2f} "
+              f"{r['shape2_vs_stock_sep']:6.2f} {r['warm_vs_stock_sep']:5.2f}")
+    print(row)
+  if a.json:
+    with open(a.json, 'w') as f:
+      json.dump(table, f, indent=1)
+
+
+if __name__ == '__main__':
+  main()
