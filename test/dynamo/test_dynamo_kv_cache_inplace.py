@@ -259,6 +259,18 @@ class KVCacheInPlaceTest(parameterized.TestCase):
                                    _values(5, 2, 2, 5) + 1, _values(5, 2, 2, 5),
                                    torch.tensor([0, 4]))
 
+  def test_row_write_beside_a_write_of_an_intermediate(self):
+    # A tensor the graph makes, written along its dim 0, is no cache: the
+    # cache's row write beside it is rewritten all the same.
+    def write(cache, x, index):
+      torch.ops.xla.dynamo_set_buffer_donor_(cache, True)
+      y = torch.zeros_like(x)
+      y.copy_(x * 2)
+      cache[1].index_copy_(0, index, y)
+
+    self.assert_one_write_as_eager(write, _values(2, SEQ, HEAD_DIM),
+                                   _values(2, HEAD_DIM), torch.tensor([3, 0]))
+
   def test_function_per_layer_lifts_each_layer_once(self):
     # One compiled function called on each layer's view of one donated cache,
     # as a per-layer attention is: each layer's layout is lifted and compiled

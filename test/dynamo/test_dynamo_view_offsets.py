@@ -214,6 +214,27 @@ class ViewOffsetsTest(parameterized.TestCase):
     # size-1 windows did at the first call.
     self.assertEqual(later, 1)
 
+  def test_element_views_keep_their_offsets(self):
+    # Views of one element are no rows of their base: a graph at their
+    # offsets, from the first call on (fuzz seed 164).
+    def fn(a, x):
+      _donate(a)
+      a.copy_(x * -1)
+
+    def views(base):
+      return base.select(2, 1).select(1, 0)[0],
+
+    device = torch_xla.device()
+    cpu = _values(2, 5, 2)
+    xla = cpu.to(device)
+    compiled = torch.compile(fn, backend='openxla')
+    for step in range(2):
+      x = torch.tensor(float(step + 3))
+      compiled(*views(xla), x.to(device))
+      fn(*views(cpu), x)
+      torch_xla.sync()
+    torch.testing.assert_close(xla.cpu(), cpu, rtol=0, atol=0)
+
   def test_writes_not_of_rows_keep_a_graph_per_offset(self):
 
     def write(layer, x):
