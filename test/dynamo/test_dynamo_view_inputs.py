@@ -688,6 +688,37 @@ class LiftedViewsKeepStockFeaturesTest(parameterized.TestCase):
     for xla, cpu in zip(results[1], results[0]):
       torch.testing.assert_close(xla, cpu)
 
+  def test_batch_norm_running_stats_in_one_buffer(self):
+    # `aten.native_batch_norm`'s schema does not mark the running statistics
+    # it writes; AOTAutograd's decomposition of it does. The running variance
+    # is XLA's (of the biased variance): eager XLA on two tensors gives it.
+    bn = torch.nn.BatchNorm1d(3)
+    functional = lambda x, mean, var: torch.nn.functional.batch_norm(
+        x, mean, var, training=True)
+
+    def module(x, mean, var):
+      bn.running_mean, bn.running_var = mean, var
+      return bn(x)
+
+    for fn in (functional, module):
+      results = []
+      for device, views in (('cpu', True), (torch_xla.device(), False),
+                            (torch_xla.device(), True)):
+        torch._dynamo.reset()
+        bn.to(device)
+        stats = torch.stack([torch.zeros(3), torch.ones(3)]).to(device)
+        mean, var = stats.unbind(0) if views else [s.clone() for s in stats]
+        x = _values(8, 3).to(device).sin()
+        f = torch.compile(
+            fn, backend='openxla') if views and str(device) != 'cpu' else fn
+        outs = [f(x, mean, var).cpu() for _ in range(2)]
+        results.append([*outs, mean.cpu(), var.cpu(), stats.cpu()])
+      cpu, xla_eager, compiled = results
+      for got, expected in zip(compiled[:3], cpu[:3]):
+        torch.testing.assert_close(got, expected)
+      torch.testing.assert_close(compiled[3], xla_eager[3])
+      torch.testing.assert_close(compiled[4], torch.stack(compiled[2:4]))
+
   def test_lifting_can_be_turned_off(self):
     met.clear_all()
     device = torch_xla.device()
