@@ -67,6 +67,19 @@ picks those that may be):
             but index (pad slots) and, drawn apart from them, leaves the
             other programs as they were; with --families loops (or
             loops,index) every program has it.
+  ops       an op of PyTorch's OpInfo database (op_db), one of its float32
+            samples: its in-place variant applied to a view `base[1]` or to
+            both views of `base.unbind(0)` (donated or not), or its out=
+            variant writing into `base[1]`; ops XLA runs on the CPU among
+            them. Ops whose result CPU eager does not give the same under
+            another random seed are left out.
+  flat      training steps over a weight and a bias that are views of one
+            flat buffer: torch.optim's SGD (momentum), Adam, AdamW, RMSprop
+            (foreach or not) stepping them, _foreach_mul_/_foreach_add_ by
+            hand, an EMA of them in views of the same buffer, or gradients
+            copied into a bucket's views (donated or not) and the bucket
+            averaged; an eager read of the buffer between steps.
+            ops and flat are drawn apart, as loops, with no other family.
 
 Every program runs on both builds, each in a --worker child process (with
 the environment `tools/apply_and_test.sh [--unpatched] --run` gives); its
@@ -112,6 +125,7 @@ warning says if they moved).
 import argparse
 import collections
 import concurrent.futures
+import functools
 import json
 import math
 import os
@@ -146,6 +160,15 @@ model = Model()
 def values(*shape):
   return torch.arange(torch.Size(shape).numel(),
                       dtype=torch.float32).reshape(shape) / 7 - 1
+
+
+def op_sample(name, i):
+  """ops: OpInfo `name` (op_db's name.variant) and its i-th float32 sample
+  on the CPU, the same in every process."""
+  from torch.testing._internal.common_methods_invocations import op_db
+  op = next(o for o in op_db if f'{o.name}.{o.variant_test_name}' == name)
+  torch.manual_seed(0)
+  return op, list(op.sample_inputs('cpu', torch.float32))[i]
 
 
 def in_range(view, dim, index, src):
@@ -270,7 +293,7 @@ if __name__ == '__main__':
 
 FAMILIES = ('rows', 'static', 'meta', 'index', 'grad', 'outputs', 'dynamic',
             'reqgrad', 'basemeta', 'inference', 'hooks', 'setitem', 'overlap',
-            'viewkinds', 'retake', 'loops')
+            'viewkinds', 'retake', 'loops', 'ops', 'flat')
 # The lists of statements of a program's script, which shrink() drops from.
 PARTS = ('setup', 'body', 'eager', 'retake', 'pending', 'after', 'steps')
 VERDICTS = ('ok', 'fixed', 'regression', 'limit', 'silent', 'both', 'xla',
@@ -290,6 +313,80 @@ def broadcasts(src, dst):
   """Whether a tensor of shape `src` can be written into one of shape `dst`."""
   return len(src) <= len(dst) and all(
       s in (1, d) for s, d in zip(reversed(src), reversed(dst)))
+
+
+@functools.cache
+def _op_db():
+  """ops: op_db's ops with float32 on the CPU and an in-place or out=
+  variant, by name (`name.variant`)."""
+  import torch
+  from torch.testing._internal.common_methods_invocations import op_db
+  return {
+      f'{op.name}.{op.variant_test_name}': op
+      for op in op_db
+      if torch.float32 in op.supported_dtypes('cpu') and
+      (op.inplace_variant or op.supports_out)
+  }
+
+
+@functools.cache
+def _samples(name):
+  """As the program's `op_sample` makes them."""
+  torch = sys.modules['torch']
+  torch.manual_seed(0)
+  return list(_op_db()[name].sample_inputs('cpu', torch.float32))
+
+
+def _literal(x):
+  """`x` as source if it is a plain value (not a tensor), else None."""
+  plain = (bool, int, str, type(None))
+  if isinstance(x, float) and math.isfinite(x) or isinstance(x, plain):
+    return repr(x)
+  if isinstance(x, (tuple, list)) and all(isinstance(v, plain) for v in x):
+    return repr(x)
+  return repr(
+      x) if repr(x).startswith('torch.') and ' ' not in repr(x) else None
+
+
+def _same(f, s):
+  """`f(s)`'s tensor result, the same under another random seed (not
+  `bernoulli_`), on CPU eager; None if it raises or differs."""
+  torch = sys.modules['torch']
+  results = []
+  for seed in (1, 2):
+    torch.manual_seed(seed)
+    try:
+      results.append(f(s))
+    except Exception:
+      return None
+  same = all(
+      isinstance(r, torch.Tensor) and r.layout == torch.strided
+      for r in results) and torch.allclose(*results, equal_nan=True)
+  return results[0] if same else None
+
+
+def _runs(f, s):
+  """Whether the in-place `f` runs on the sample's input on CPU eager."""
+  torch = sys.modules['torch']
+  if f is None or not isinstance(s.input, torch.Tensor) or (s.input.dtype
+                                                            != torch.float32):
+    return False
+  out = _same(lambda s: f(s.input.clone(), *s.args, **s.kwargs), s)
+  return out is not None and out.shape == s.input.shape
+
+
+def _out_shape(op, s):
+  """The shape of the op's one float32 tensor result on the sample, if its
+  out= variant writes it."""
+  torch = sys.modules['torch']
+  if not isinstance(s.input, torch.Tensor):
+    return None
+  out = _same(lambda s: op.op(s.input.clone(), *s.args, **s.kwargs), s)
+  if out is None or out.dtype != torch.float32 or out.layout != torch.strided:
+    return None
+  into = lambda s: op.op(
+      s.input.clone(), *s.args, out=torch.empty_like(out), **s.kwargs)
+  return tuple(out.shape) if _same(into, s) is not None else None
 
 
 class Program:
@@ -316,6 +413,13 @@ class Program:
       self.nograd, self.inference = False, None
       self._loops(rng)
       return
+    for family, make in (('ops', self._ops), ('flat', self._flat)):
+      # Drawn apart as loops, alone, with no other family.
+      if self._chance(random.Random(f'{family} {seed}'), family,
+                      1 if set(families) == {family} else 0.1):
+        self.nograd, self.inference = False, None
+        make(rng)
+        return
     # The families drawn first shape the tensors, the others come after.
     self.grad = self._chance(rng, 'grad', 0.15)
     static = self._chance(rng, 'static', 0.25)
@@ -499,6 +603,123 @@ class Program:
           ('[0] * 2', '.sum(0)') if how == 'layer' else (' * 2', '.sum(0)')))
       at = rng.choice(calls[:-1]) + 1
       self.steps[at:at] = ['eager', 'sync']
+      self.setup.append('read = None')
+
+  def _ops(self, rng):
+    """ops: an OpInfo op's in-place variant applied to views of one base (one
+    view, or both of `base.unbind(0)`, donated or not), or its out= variant
+    writing into a view; one sample input of op_db's, valid on CPU eager."""
+    torch = sys.modules['torch'] if _op_db() else None
+    while True:
+      name = rng.choice(sorted(_op_db()))
+      op, samples = _op_db()[name], _samples(name)
+      i = rng.randrange(len(samples))
+      s = samples[i]
+      args = [*s.args, *s.kwargs.values()]
+      literals = [
+          None if isinstance(a, torch.Tensor) else _literal(a) for a in args
+      ]
+      if None in [
+          l for a, l in zip(args, literals) if not isinstance(a, torch.Tensor)
+      ]:
+        continue
+      modes = [
+          m for m, ok in (('lone', _runs(op.inplace_variant, s)),
+                          ('two', _runs(op.inplace_variant, s)),
+                          ('out', op.supports_out and _out_shape(op, s))) if ok
+      ]
+      if modes:
+        break
+    mode = rng.choice(modes)
+    self.setup.append(f'op, s = op_sample({name!r}, {i})')
+    tensors, call = [], []
+    for j, (a, literal) in enumerate(zip(args, literals)):
+      key = j if j < len(s.args) else repr(list(s.kwargs)[j - len(s.args)])
+      where = 'args' if j < len(s.args) else 'kwargs'
+      if literal is None:
+        self.setup.append(f'a{j} = s.{where}[{key}].to(device)')
+        tensors.append(f'a{j}')
+      value = f'a{j}' if literal is None else literal
+      call.append(value if j <
+                  len(s.args) else f'{list(s.kwargs)[j - len(s.args)]}={value}')
+    call = ', '.join(call)
+    if mode == 'out':
+      shape = _out_shape(op, s)
+      self.setup += [
+          f'x = s.input.to(device)',
+          f'base = values(2, *{tuple(shape)}).to(device)', 'view = base[1]',
+          'f = op.op'
+      ]
+      self.params = ['x', 'view', *tensors, 'f']
+      self.body.append(f'f(x, {call}{", " if call else ""}out=view)')
+    else:
+      self.setup += [
+          'base = torch.stack([s.input, s.input.flatten().roll(1).view_as('
+          's.input)]).to(device)', 'view0, view1 = base.unbind(0)'
+          if mode == 'two' else 'view1 = base[1]', 'f = op.inplace_variant'
+      ]
+      views = ['view0', 'view1'] if mode == 'two' else ['view1']
+      self.params = [*views, *tensors, 'f']
+      if mode == 'two' and rng.random() < 0.5:
+        self.body += [f'DONATE({v}, True)' for v in views]
+      self.body += [f'f({v}{", " if call else ""}{call})' for v in views]
+    self.args = list(self.params)
+    self.steps = ['compiled'] * 2
+
+  def _flat(self, rng):
+    """flat: training steps over a weight and a bias that are views of one flat
+    buffer (FSDP-, ZeRO-style), by an optimizer or by hand with _foreach ops,
+    with an EMA of them or their gradients in views of a bucket."""
+    kind = rng.choice(
+        ('SGD', 'Adam', 'AdamW', 'RMSprop', 'foreach', 'ema', 'bucket'))
+    self.setup += [
+        'flat = values(2, 10).to(device)',
+        'w, b = flat[0, :6].view(2, 3), flat[0, 6:]'
+    ]
+    steps = rng.randint(2, 3)
+    for c in range(steps):
+      self.setup.append(f'gw{c}, gb{c} = values(2, 3).to(device).cos() * '
+                        f'{c + 1}, values(4).to(device).sin() - {c}')
+    grads = ['gw{call}', 'gb{call}']
+    if kind in ('SGD', 'Adam', 'AdamW', 'RMSprop'):
+      options = {
+          'SGD': 'momentum=0.9',
+          'RMSprop': 'momentum=0.5'
+      }.get(kind, 'weight_decay=0.01')
+      foreach = rng.choice((True, False))
+      self.setup += [
+          'w.requires_grad_()', 'b.requires_grad_()',
+          f'opt = torch.optim.{kind}([w, b], lr=0.1, {options}, '
+          f'foreach={foreach})'
+      ]
+      self.params, self.args = ['w', 'b', 'opt', 'gw',
+                                'gb'], ['w', 'b', 'opt', *grads]
+      self.body += ['w.grad, b.grad = gw, gb', 'opt.step()']
+    elif kind in ('foreach', 'ema'):
+      self.params, self.args = ['w', 'b', 'gw', 'gb'], ['w', 'b', *grads]
+      self.body += [
+          'torch._foreach_mul_([w, b], 0.9)',
+          'torch._foreach_add_([w, b], [gw, gb], alpha=-0.1)'
+      ]
+      if kind == 'ema':
+        self.setup.append('ew, eb = flat[1, :6].view(2, 3), flat[1, 6:]')
+        self.params[2:2], self.args[2:2] = ['ew', 'eb'], ['ew', 'eb']
+        self.body += [
+            'torch._foreach_mul_([ew, eb], 0.9)',
+            'torch._foreach_add_([ew, eb], [w, b], alpha=0.1)'
+        ]
+    else:  # DDP's gradient bucket: views written, donated, averaged
+      self.setup.append('bucket = flat[1]')
+      self.setup.append('bw, bb = bucket[:6].view(2, 3), bucket[6:]')
+      self.params, self.args = ['bucket', 'bw', 'bb', 'gw',
+                                'gb'], ['bucket', 'bw', 'bb', *grads]
+      if rng.random() < 0.5:
+        self.body += ['DONATE(bw, True)', 'DONATE(bb, True)']
+      self.body += ['bw.copy_(gw)', 'bb.copy_(gb)', 'bucket.div_(2)']
+    self.steps = ['compiled'] * steps
+    if rng.random() < 0.3:
+      self.eager.append("t['read'] = t['flat'] * 2")
+      self.steps.insert(1, 'eager')
       self.setup.append('read = None')
 
   def _chance(self, rng, family, p):
@@ -1490,13 +1711,13 @@ def table(results):
     ok = sum(r['series']['outcome'] == 'ok' for r in valid)
     share = f'{ok} ({100 * ok / len(valid):.1f}%)' if valid else '-'
     lines.append('| ' + ' | '.join(
-        map(str, [name, len(group), *(counts[v] for v in VERDICTS), *dead,
-                  share])) + ' |')
+        map(str,
+            [name,
+             len(group), *(counts[v] for v in VERDICTS), *dead, share])) + ' |')
   kinds = ('ok', 'mismatch', 'error', 'unsupported', 'dead', 'pytorch',
            'invalid')
   lines += [
-      '', '| build | ' + ' | '.join(kinds) + ' |',
-      '|---|' + '---|' * len(kinds)
+      '', '| build | ' + ' | '.join(kinds) + ' |', '|---|' + '---|' * len(kinds)
   ]
   for b in BUILDS:
     counts = collections.Counter(r[b]['outcome'] for r in results)
@@ -1570,11 +1791,14 @@ def main():
     r['eager xla'] = dict(outcome=outcome, detail=detail)
     if outcome != 'ok':
       r['verdict'] = 'xla'
-  limits = [(p, r) for p, r in zip(programs, results) if r['verdict'] == 'limit']
+  limits = [(p, r) for p, r in zip(programs, results) if r['verdict'] == 'limit'
+           ]
   for (program, r), (outcome, _) in zip(  # a limit only if ok without the read
       limits,
-      pool.map(lambda run, p: run('series', p.script(
-          steps=[s for s in p.steps if s != 'pending'])), [p for p, _ in limits])):
+      pool.map(
+          lambda run, p: run(
+              'series', p.script(steps=[s for s in p.steps if s != 'pending'])),
+          [p for p, _ in limits])):
     if outcome != 'ok':
       r['verdict'] = 'regression'
       print(f"seed {r['seed']}: regression: fails without its pending read too")
