@@ -77,7 +77,7 @@ def test_wheel_installed_with_pip(tmp_path):
   run(sys.executable, "-m", "venv", str(venv), check=True)
   python = str(venv / "bin" / "python")
   pip = [python, "-m", "pip", "install", "-q"]
-  out = run(*pip, "torch==2.9.0", wheel, "pytest", "absl-py")
+  out = run(*pip, "torch==2.9.0", wheel, "pytest", "absl-py", "expecttest")
   assert out.returncode == 0, out.stderr[-2000:]
   out = run(python, "-m", "pip", "check")
   assert out.returncode == 0, out.stdout
