@@ -58,6 +58,13 @@ class FallbackDonationTest(unittest.TestCase):
     self.assert_calls_match_eager(fn, torch.randn(5), torch.randn(5))
     self.assertIn('aten::copysign.Tensor', met.counter_names())
 
+  def test_cpu_inputs_read_by_two_parts(self):
+    # The bridge splits a graph of CPU tensors too; they have no donation.
+    fn = lambda x, other: (x * 2).copysign(other) + x
+    x, other = torch.randn(5), torch.randn(5)
+    compiled = torch.compile(fn, backend='openxla')
+    torch.testing.assert_close(compiled(x, other), fn(x, other))
+
 
 class FallbackDonationOfViewsTest(unittest.TestCase):
   """Both views of `base.unbind(0)` written by an op that XLA runs on the
