@@ -148,7 +148,7 @@ def test_fuzzer_smoke(tools, tmp_path):
   ]
   assert proc.returncode == 0
   assert proc.stdout.splitlines()[-1].startswith(
-      'fuzz_views: 24 programs (seeds 0..23): ')
+      'fuzz_views: 32 programs (seeds 0..31): ')
 
 
 def test_fuzzer_reproducer_is_standalone(tools, tmp_path):
