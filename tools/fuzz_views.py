@@ -623,11 +623,8 @@ class Program:
           l for a, l in zip(args, literals) if not isinstance(a, torch.Tensor)
       ]:
         continue
-      modes = [
-          m for m, ok in (('lone', _runs(op.inplace_variant, s)),
-                          ('two', _runs(op.inplace_variant, s)),
-                          ('out', op.supports_out and _out_shape(op, s))) if ok
-      ]
+      modes = ['lone', 'two'] if _runs(op.inplace_variant, s) else []
+      modes += ['out'] if op.supports_out and _out_shape(op, s) else []
       if modes:
         break
     mode = rng.choice(modes)
