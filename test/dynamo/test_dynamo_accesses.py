@@ -74,6 +74,17 @@ class AccessFinderTest(unittest.TestCase):
     accesses, _ = _accesses(fn, *self.tensors(3, 2, 3))
     self.assertEqual(accesses.written, {0, 1})
 
+  def test_writes_a_schema_hides(self):
+    # `native_batch_norm`'s schema does not mark the running statistics it
+    # writes (`Tensor? running_mean`); AOTAutograd's decomposition of it,
+    # `_native_batch_norm_legit`, does.
+    def fn(x, mean, var):
+      return torch.nn.functional.batch_norm(x, mean, var, training=True)
+
+    x, = self.tensors(1, 8, 3)
+    accesses, _ = _accesses(fn, x, *self.tensors(2, 3))
+    self.assertEqual(accesses.written, {1, 2})
+
   def test_inputs_are_not_aliased_in_the_fake_run(self):
     # Views of one tensor are told apart by position: only the one written.
     base = self.tensors(1, 2, 4)[0]

@@ -114,6 +114,27 @@ class ViewInputsTest(parameterized.TestCase):
       write_to_kv_cache(*[cpu[n] for n in args])
       self.assert_same(xla, cpu, None, None, f'step {step}')
 
+  def test_mode_and_options_reach_the_lifted_graph(self):
+    # torch.compile's mode= and options= (transformers' CompileConfig passes
+    # mode="reduce-overhead") go to the stock backend with the lifted graph.
+    device = torch_xla.device()
+    x, kv = torch.arange(6.).reshape(2, 3), torch.zeros(2, 4, 3)
+    xla_kv = kv.to(device)
+    key, value = xla_kv
+
+    def write(key, value, x):
+      key[1:3] = x
+      value[0:2] = -x
+      return x * 2 + 1
+
+    for kwargs in (dict(mode='reduce-overhead'), dict(mode='max-autotune'),
+                   dict(options={'trace.enabled': False})):
+      torch._dynamo.reset()
+      out = torch.compile(
+          write, backend='openxla', **kwargs)(key, value, x.to(device))
+      torch.testing.assert_close(out.cpu(), write(*kv, x))
+      torch.testing.assert_close(xla_kv.cpu(), kv)
+
   def test_unbind_views_index_copy(self):
 
     def fn(donate, k_cache, v_cache, k, v, slots):
