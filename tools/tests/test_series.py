@@ -38,6 +38,55 @@ def test_real_series_applies_with_git_am(tmp_path, base):
   assert len(git(work, "rev-list", f"{base}..HEAD").split()) == len(patches)
 
 
+def _dependencies():
+  """PR number (its place in patches/series) -> the PRs its docs/pr text's
+  `Depends on:` line names."""
+  deps = {}
+  patches = series_lib.read_series(os.path.join(REPO_ROOT, "patches"))
+  for n, patch in enumerate(patches, 1):
+    docs = glob.glob(os.path.join(REPO_ROOT, "docs/pr", f"{n}-*.md"))
+    assert len(docs) == 1, f"PR {n} ({os.path.basename(patch)}): {docs}"
+    with open(docs[0]) as f:
+      text = f.read()
+    assert f"Patch `{n:04d}`" in text, docs[0]
+    line = re.search(r"^Depends on: (none|\d+(?:, \d+)*)$", text, re.M)
+    assert line, f"{docs[0]} has no `Depends on:` line"
+    deps[n] = [] if line[1] == "none" else [int(d) for d in line[1].split(", ")]
+    assert deps[n] == sorted(set(deps[n])) and all(d < n for d in deps[n])
+  return deps
+
+
+def test_every_pr_names_its_dependencies():
+  # One text a PR, with the PRs before it that it needs; the bridge's
+  # standalone fixes come first.
+  deps = _dependencies()
+  assert sorted(n for n, d in deps.items() if not d) == [1, 2, 3, 4, 5, 7, 8]
+
+
+@needs_xla_checkout
+@pytest.mark.parametrize("base", ["v2.9.0", "origin/master"])
+def test_each_pr_applies_with_exactly_its_dependencies(tmp_path, base):
+  # Each PR applies with git am to the tag and to master's tip with only
+  # the PRs its `Depends on:` line names before it.
+  work = str(tmp_path / "xla")
+  git(".", "clone", "-q", "--shared", XLA_CHECKOUT, work)
+  patches = series_lib.read_series(os.path.join(REPO_ROOT, "patches"))
+  for n, deps in _dependencies().items():
+    git(work, "checkout", "-q", "--detach", base)
+    am = [patches[d - 1] for d in deps] + [patches[n - 1]]
+    out = git(work,
+              "-c",
+              "user.name=t",
+              "-c",
+              "user.email=t@t",
+              "am",
+              "-q",
+              "--keep-non-patch",
+              *am,
+              check=False)
+    assert out is not None, f"PR {n} does not apply on {base} with {deps}"
+
+
 def test_pytorch_series_applies_to_the_installed_torch(tmp_path):
   # The PyTorch series against the installed torch 2.9.0's files, as
   # apply_and_test.sh applies it (the real PyTorch tree holds the same files).
