@@ -133,6 +133,35 @@ def run_child(config, steps, pythonpath=None):
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def plot(table, path):
+  """First call and warm step (ms) by layers, a line per layout and build."""
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  lines = sorted({(r['torch_xla'], r['layout'], r['views'], r['donate'])
+                  for r in table
+                  if r['runs']})
+  for ax, key, title in zip(axes, ('first', 'warm'),
+                            ('first call (compile + run)', 'warm step')):
+    for line in lines:
+      pts = sorted((r['layers'], r[key])
+                   for r in table
+                   if r['runs'] and (r['torch_xla'], r['layout'], r['views'],
+                                     r['donate']) == line)
+      ax.plot(*zip(*pts),
+              marker='o',
+              linestyle='--' if line[0] == 'stock' else '-',
+              label=f'{line[0]} {line[1]}')
+    ax.set(xlabel='layers (one compiled call each)', ylabel='ms', title=title)
+    ax.set_xscale('log', base=2)
+    ax.set_yscale('log')
+    ax.grid(alpha=0.3)
+  axes[0].legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+
+
 def main():
   p = argparse.ArgumentParser(
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -148,6 +177,10 @@ def main():
       '--unpatched --run printenv PYTHONPATH`): each configuration runs there '
       'too, interleaved, and the table gives the ratios to stock on `sep`')
   p.add_argument('--json')
+  p.add_argument('--plot',
+                 help='write a PNG of the first call and warm step by layers')
+  p.add_argument('--results',
+                 help='print and plot these saved results, run nothing')
   p.add_argument('--child', nargs=4, help=argparse.SUPPRESS)
   a = p.parse_args()
   if a.child:
@@ -157,13 +190,17 @@ def main():
       itertools.product(a.layouts.split(','), a.layers.split(','),
                         a.views.split(','), a.donate.split(',')))
   runs = {(c, v): [] for c in configs for v in ('series', 'stock')}
-  for _ in range(a.rounds):
+  for _ in range(0 if a.results else a.rounds):
     for c in configs:
       runs[c, 'series'].append(run_child(c, a.steps))
       if a.stock:
         runs[c, 'stock'].append(run_child(c, a.steps, a.stock))
   keys = ('first', 'shape2', 'warm', 'executions')
   table = []
+  if a.results:
+    with open(a.results) as f:
+      table = json.load(f)
+    runs = {}
   for (c, variant), results in runs.items():
     ok = [r for r in results if r]
     if results:
@@ -200,6 +237,9 @@ def main():
   if a.json:
     with open(a.json, 'w') as f:
       json.dump(table, f, indent=1)
+  if a.plot:
+    plot(table, a.plot)
+    print(f'plot: {a.plot}')
 
 
 if __name__ == '__main__':
