@@ -4,9 +4,11 @@ CPU, against CPU eager.
 The bridge compiles each part of such a graph on its own, and each part
 donated the buffers of its inputs marked with `dynamo_set_buffer_donor_`:
 the first part that read a donated input deleted its buffer, and the next
-part that read it failed ("Executable expected parameter 0 of size 4 but got
-buffer with incompatible size 20"). With views of one base lifted, the
-parts read the base each ("Check failed: !buffer->IsDeleted()").
+part that read it failed ("Trying to access XLA data for tensor with ID 1
+while an async operation is in flight"; with the donation marked in the
+graph, "Executable expected parameter 0 of size 4 but got buffer with
+incompatible size 20"). With views of one base lifted, the parts read the
+base each ("Check failed: !buffer->IsDeleted()").
 """
 import sys
 import unittest
@@ -25,20 +27,20 @@ class FallbackDonationTest(unittest.TestCase):
     met.clear_all()
 
   def assert_calls_match_eager(self, fn, *cpu_args):
+    """`fn` compiled, its first argument donated before each call."""
     compiled = torch.compile(fn, backend='openxla')
     xla_args = [a.to(torch_xla.device()) for a in cpu_args]
     for _ in range(2):
-      expected = fn(*cpu_args, donate=False)
-      got = compiled(*xla_args, donate=True)
+      expected = fn(*cpu_args)
+      torch.ops.xla.dynamo_set_buffer_donor_(xla_args[0], True)
+      got = compiled(*xla_args)
       torch.testing.assert_close(got.cpu(), expected)
     for cpu, xla in zip(cpu_args, xla_args):
       torch.testing.assert_close(xla.cpu(), cpu)
 
   def test_donated_input_read_by_two_parts(self):
 
-    def fn(x, other, donate):
-      if donate:
-        torch.ops.xla.dynamo_set_buffer_donor_(x, True)
+    def fn(x, other):
       y = (x * 2).copysign(other)  # XLA runs `copysign` on the CPU
       x.add_(y)
       return y
@@ -49,14 +51,13 @@ class FallbackDonationTest(unittest.TestCase):
 
   def test_donated_input_read_by_one_part(self):
 
-    def fn(x, other, donate):
-      if donate:
-        torch.ops.xla.dynamo_set_buffer_donor_(x, True)
+    def fn(x, other):
       x.mul_(2)
       return x.copysign(other)
 
     self.assert_calls_match_eager(fn, torch.randn(5), torch.randn(5))
     self.assertIn('aten::copysign.Tensor', met.counter_names())
+    self.assertIsNone(met.counter_value('DynamoFallbackDonationDropped'))
 
   def test_cpu_inputs_read_by_two_parts(self):
     # The bridge splits a graph of CPU tensors too; they have no donation.
@@ -64,6 +65,25 @@ class FallbackDonationTest(unittest.TestCase):
     x, other = torch.randn(5), torch.randn(5)
     compiled = torch.compile(fn, backend='openxla')
     torch.testing.assert_close(compiled(x, other), fn(x, other))
+
+  def test_input_donated_in_the_graph_read_by_two_parts(self):
+    # The parts read the input where the graph uses the donation op's result.
+
+    def fn(x, other):
+      torch.ops.xla.dynamo_set_buffer_donor_(x, True)
+      y = (x * 2).copysign(other)
+      x.add_(y)
+      return y
+
+    x, other = torch.randn(5), torch.randn(5)
+    xla_x, xla_other = x.to(torch_xla.device()), other.to(torch_xla.device())
+    compiled = torch.compile(fn, backend='openxla')
+    for _ in range(2):
+      expected = (x * 2).copysign(other)
+      x.add_(expected)
+      torch.testing.assert_close(compiled(xla_x, xla_other).cpu(), expected)
+    torch.testing.assert_close(xla_x.cpu(), x)
+    self.assertEqual(met.counter_value('DynamoFallbackDonationDropped'), 1)
 
 
 class FallbackDonationOfViewsTest(unittest.TestCase):
