@@ -654,9 +654,8 @@ class LiftedViewsKeepStockFeaturesTest(parameterized.TestCase):
     torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
 
   def test_call_plans_leave_the_graph_in_use_cached(self):
-    # Views taken again at every call make a plan per call: in the one cache
-    # of lifted graphs and plans, they push out older plans, not the graph
-    # that every call runs.
+    # Views taken again at every call find their layout's plan; with a cache
+    # of 4, neither they nor their layouts push out the graph every call runs.
     device = torch_xla.device()
     pool = torch.zeros(2, 2, 8, 4, device=device)
     expected = torch.zeros(2, 2, 8, 4)
