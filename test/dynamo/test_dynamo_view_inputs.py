@@ -464,6 +464,28 @@ class ViewInputsTest(parameterized.TestCase):
     with torch.set_grad_enabled(grad):
       self.assert_matches_eager(fn, setup)
 
+  def test_donated_aliases_without_views(self):
+    # `base.detach().view(-1).detach()` beside `base`: no view among the
+    # inputs, but one storage, written and donated: lifted, not left to the
+    # stock path (fuzz seed 596).
+    def write(flat, base, index, x):
+      torch.ops.xla.dynamo_set_buffer_donor_(flat, True)
+      torch.ops.xla.dynamo_set_buffer_donor_(base, True)
+      flat.index_copy_(0, index, x)
+      base.mul_(2)
+
+    device = torch_xla.device()
+    cpu = _values(4, 2, 2)
+    xla = cpu.to(device)
+    compiled = torch.compile(write, backend='openxla')
+    for step in range(2):
+      index, x = torch.tensor([step, 15]), _values(2) + step
+      compiled(xla.detach().view(-1).detach(), xla, index.to(device),
+               x.to(device))
+      write(cpu.detach().view(-1).detach(), cpu, index, x)
+      torch_xla.sync()
+    torch.testing.assert_close(xla.cpu(), cpu, rtol=0, atol=0)
+
 
 class ViewInputsDonationTest(unittest.TestCase):
 
@@ -966,6 +988,24 @@ class StockParityTest(parameterized.TestCase):
     # Two views, each planned once and rebuilt once in the lifted graph.
     self.assertEqual(len(replayed), 4)
     torch.testing.assert_close(base.cpu(), torch.tensor([[3.] * 3, [6.] * 3]))
+
+  def test_fresh_views_of_one_layout_find_its_plan(self):
+    # A call's plan is kept by the layout of its arguments, not by which
+    # tensors they are: fresh views of fresh bases, as a decode step passes,
+    # are planned at the first call; another layout is planned again.
+    compiled = torch.compile(
+        lambda a, b: (a.add_(1), b.add_(2)), backend='openxla')
+    planned = []
+    for row in (0, 0, 0, 1):
+      base = torch.zeros(3, 3, device=torch_xla.device())
+      met.clear_all()
+      compiled(base[row], base[2])
+      planned.append(met.counter_value('DynamoViewInputsPlan'))
+      expected = torch.zeros(3, 3)
+      expected[row] += 1
+      expected[2] += 2
+      torch.testing.assert_close(base.cpu(), expected)
+    self.assertEqual(planned, [1, None, None, 1])
 
   def test_dynamic_sizes_are_not_specialized(self):
     # The fake run that finds the writes adds no guard to Dynamo's shapes
