@@ -114,6 +114,31 @@ class ViewInputsTest(parameterized.TestCase):
       write_to_kv_cache(*[cpu[n] for n in args])
       self.assert_same(xla, cpu, None, None, f'step {step}')
 
+  @parameterized.product(access=('read', 'write', 'both'), views=(1, 2))
+  def test_donated_views_read_or_written(self, access, views):
+    # Views that the function donates, read, written or both, alone or with
+    # their sibling. The output has their base's shape: XLA may give it the
+    # base's buffer if the base is donated but not written.
+    def fn(donate, *args):
+      out = []
+      for view in args[:-1]:
+        if donate:
+          _donate(view)
+        if access != 'read':
+          view.add_(args[-1])
+        if access != 'write':
+          out.append(torch.stack([view, view]) * 2)
+      return out
+
+    def setup(device):
+      base = _values(2, 4).to(device)
+      names = [f'view{i}' for i in range(views)]
+      tensors = dict(base=base, k=torch.ones(4).to(device))
+      tensors.update((name, base[i]) for i, name in enumerate(names))
+      return tensors, names + ['k']
+
+    self.assert_matches_eager(fn, setup, steps=3)
+
   def test_mode_and_options_reach_the_lifted_graph(self):
     # torch.compile's mode= and options= (transformers' CompileConfig passes
     # mode="reduce-overhead") go to the stock backend with the lifted graph.
