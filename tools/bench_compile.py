@@ -14,22 +14,27 @@ returns them, as attention does; the caches are marked as buffer donors with
            every call (pytorch/xla#8832)
 
 `--views 1` passes a layer's (2, ...) cache and splits it inside: a tensor a
-layer (sep, report), or the pool's `pool[l]` (kept, retaken).
+layer (sep, report), or the pool's `pool[l]` (kept, retaken).  `--live N`
+keeps N more XLA tensors alive beside the loop, as a model's weights are.
+`--peer` runs each layout on the CPU too, with backend="aot_eager" and
+"inductor": PyTorch's own handling of aliased inputs, the cost to compare.
 Each configuration runs in a child process and prints, in ms: `first`, the
 first step (Dynamo + AOTAutograd + bridge + XLA compiles, then a sync),
-`shape2`, the first step with another token count, and `warm`, the median
+`shape2`, the first step with another token count, and `warm`, the fastest
 step after warm-up (every layer's call, torch_xla.sync(), wait), with the XLA
-executions a warm step makes.  `--json` writes the rows.
+executions a warm step makes.  Timings here move by half from run to run:
+`--rounds` runs every configuration of every build once a round, in turn,
+and the table gives each one's minimum over the rounds.  `--json` writes the
+rows.
 
-  tools/apply_and_test.sh --run python tools/bench_compile.py --rounds 3 \\
+  tools/apply_and_test.sh --run python tools/bench_compile.py --rounds 5 \\
       --stock "$(tools/apply_and_test.sh --unpatched --run printenv PYTHONPATH)" \\
-      --json compile.json
+      --peer --json compile.json
 """
 import argparse
 import itertools
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -37,13 +42,16 @@ import time
 BLOCKS, BLOCK, HEADS, DIM = 64, 16, 4, 32
 
 
-def child(layout, layers, views, donate, steps):
+def child(layout, layers, views, donate, steps, live, backend):
   import torch
-  import torch_xla
-  import torch_xla.debug.metrics as met
-
-  dev = torch_xla.device()
-  donor = torch.ops.xla.dynamo_set_buffer_donor_
+  if backend == 'openxla':
+    import torch_xla
+    import torch_xla.debug.metrics as met
+    dev, sync = torch_xla.device(), torch_xla.sync
+    donor = torch.ops.xla.dynamo_set_buffer_donor_
+    executed = lambda: (met.metric_data('ExecuteTime') or [0])[0]
+  else:  # the peer: PyTorch's own stack on the CPU
+    dev, sync, donate, executed = 'cpu', lambda: None, False, lambda: 0
   shape = (BLOCKS, BLOCK, HEADS, DIM)
 
   def write(kc, vc, k, v, slots):
@@ -58,14 +66,15 @@ def child(layout, layers, views, donate, steps):
     kc, vc = cache
     return write(kc, vc, k, v, slots)
 
-  fn = torch.compile(write if views == 2 else write_layer, backend='openxla')
+  fn = torch.compile(write if views == 2 else write_layer, backend=backend)
   caches = [(torch.zeros(shape, device=dev), torch.zeros(shape, device=dev))
             for _ in range(layers)]
   pool = torch.zeros((layers, 2) + shape, device=dev)
   kept = [tuple(pool[l]) for l in range(layers)]
   pool_layers = [pool[l] for l in range(layers)]
   per_layer = [torch.zeros((2,) + shape, device=dev) for _ in range(layers)]
-  torch_xla.sync()
+  weights = [torch.zeros(4, device=dev) + i for i in range(live)]
+  sync()
 
   def layer_caches(l):
     if layout == 'sep':
@@ -93,8 +102,9 @@ def child(layout, layers, views, donate, steps):
   def step(tokens, n):
     for l in range(layers):
       layer(l, tokens, n)
-    torch_xla.sync()
-    torch_xla._XLAC._xla_wait_device_ops([])
+    sync()
+    if backend == 'openxla':
+      torch_xla._XLAC._xla_wait_device_ops([])
 
   def timed(tokens, n):
     start = time.perf_counter()
@@ -105,16 +115,15 @@ def child(layout, layers, views, donate, steps):
   shape2 = timed(3, 1)
   for n in range(2, 12):
     step(2, n)
-  before = met.metric_data('ExecuteTime')
-  before = before[0] if before else 0
+  before = executed()
   times = [timed(2, n) for n in range(12, 12 + steps)]
-  after = met.metric_data('ExecuteTime')[0]
   print(
       json.dumps(
           dict(first=first,
                shape2=shape2,
-               warm=statistics.median(times),
-               executions=(after - before) / steps)))
+               warm=min(times),
+               executions=(executed() - before) / steps,
+               live=len(weights))))
 
 
 def run_child(config, steps, pythonpath=None):
@@ -176,25 +185,34 @@ def main():
       help='PYTHONPATH of a stock torch_xla (`tools/apply_and_test.sh '
       '--unpatched --run printenv PYTHONPATH`): each configuration runs there '
       'too, interleaved, and the table gives the ratios to stock on `sep`')
+  p.add_argument('--live', type=int, default=0)
+  p.add_argument('--peer', action='store_true')
   p.add_argument('--json')
   p.add_argument('--plot',
                  help='write a PNG of the first call and warm step by layers')
   p.add_argument('--results',
                  help='print and plot these saved results, run nothing')
-  p.add_argument('--child', nargs=4, help=argparse.SUPPRESS)
+  p.add_argument('--child', nargs=6, help=argparse.SUPPRESS)
   a = p.parse_args()
   if a.child:
-    layout, layers, views, donate = a.child
-    return child(layout, int(layers), int(views), donate == 'yes', a.steps)
+    layout, layers, views, donate, live, backend = a.child
+    return child(layout, int(layers), int(views), donate == 'yes', a.steps,
+                 int(live), backend)
   configs = list(
       itertools.product(a.layouts.split(','), a.layers.split(','),
-                        a.views.split(','), a.donate.split(',')))
-  runs = {(c, v): [] for c in configs for v in ('series', 'stock')}
+                        a.views.split(','), a.donate.split(','),
+                        [str(a.live)]))
+  # variant: (the torch_xla it runs on, its backend)
+  variants = dict(series=(None, 'openxla'))
+  if a.stock:
+    variants['stock'] = (a.stock, 'openxla')
+  if a.peer:
+    variants.update(aot_eager=(None, 'aot_eager'), inductor=(None, 'inductor'))
+  runs = {(c, v): [] for c in configs for v in variants}
   for _ in range(0 if a.results else a.rounds):
     for c in configs:
-      runs[c, 'series'].append(run_child(c, a.steps))
-      if a.stock:
-        runs[c, 'stock'].append(run_child(c, a.steps, a.stock))
+      for v, (pythonpath, backend) in variants.items():
+        runs[c, v].append(run_child((*c, backend), a.steps, pythonpath))
   keys = ('first', 'shape2', 'warm', 'executions')
   table = []
   if a.results:
@@ -209,30 +227,32 @@ def main():
                layers=int(c[1]),
                views=int(c[2]),
                donate=c[3],
+               live=int(c[4]),
                torch_xla=variant,
                runs=len(ok),
-               **{k: statistics.median(r[k] for r in ok) for k in keys if ok}))
-  sep = {
-      (r['layers'], r['views'], r['donate']): r
-      for r in table
-      if r['torch_xla'] == 'stock' and r['layout'] == 'sep' and r['runs']
-  }
-  print('torch_xla layout   L views donate  first ms  shape2 ms  warm ms  '
-        'exec/step  / stock sep: first shape2  warm')
+               **{k: min(r[k] for r in ok) for k in keys if ok}))
+  # Each row's ratio to separate tensors: on stock for torch_xla's rows, on
+  # the same backend for the peer's.
+  sep = {(r['torch_xla'], r['layers'], r['views'], r['donate'], r['live']): r
+         for r in table
+         if r['layout'] == 'sep' and r['runs']}
+  print('variant   layout   L views donate live  first ms  shape2 ms  '
+        'warm ms  exec/step  / sep: first shape2  warm')
   for r in table:
-    row = (
-        f"{r['torch_xla']:9} {r['layout']:8} {r['layers']:>2} {r['views']:>5} "
-        f"{r['donate']:>6}")
+    row = (f"{r['torch_xla']:9} {r['layout']:8} {r['layers']:>2} "
+           f"{r['views']:>5} {r['donate']:>6} {r['live']:>4}")
     if not r['runs']:
       print(f'{row}  error')
       continue
     row += (f" {r['first']:9.0f} {r['shape2']:10.0f} {r['warm']:8.2f} "
             f"{r['executions']:10.1f}")
-    ref = sep.get((r['layers'], r['views'], r['donate']))
+    own = r['torch_xla'] in ('aot_eager', 'inductor')
+    ref = sep.get((r['torch_xla'] if own else 'stock', r['layers'],
+                   r['views'], r['donate'], r['live']))
     if ref:
-      r.update({f'{k}_vs_stock_sep': r[k] / ref[k] for k in keys[:3]})
-      row += (f"  {r['first_vs_stock_sep']:17.2f} "
-              f"{r['shape2_vs_stock_sep']:6.2f} {r['warm_vs_stock_sep']:5.2f}")
+      r.update({f'{k}_vs_sep': r[k] / ref[k] for k in keys[:3]})
+      row += (f"  {r['first_vs_sep']:11.2f} {r['shape2_vs_sep']:6.2f} "
+              f"{r['warm_vs_sep']:5.2f}")
     print(row)
   if a.json:
     with open(a.json, 'w') as f:

@@ -86,14 +86,15 @@ def test_bench_smoke(run_tool, tmp_path):
 
 
 def test_bench_compile_smoke(run_tool, tools, tmp_path):
-  # Two layers, a few steps, no timing assertions: each layout runs on the
-  # series; on stock, separate tensors run and views of one pool raise
-  # (pytorch/xla#8832), and the ratios to stock are given.
+  # Two layers, a few steps, beside 3 more live tensors, no timing
+  # assertions: each layout runs on the series; on stock, separate tensors
+  # run and views of one pool raise (pytorch/xla#8832), and the ratios to
+  # stock are given.
   out = tmp_path / 'compile.json'
   stock = tools.run('apply_and_test.sh', '--unpatched', '--run', 'printenv',
                     'PYTHONPATH').stdout.strip()
   proc = run_tool('tools/bench_compile.py', '--layers', '2', '--steps', '3',
-                  '--stock', stock, '--json', str(out))
+                  '--live', '3', '--stock', stock, '--json', str(out))
   assert proc.returncode == 0
   rows = {(r['torch_xla'], r['layout']): r for r in json.loads(out.read_text())}
   assert len(rows) == 8
@@ -102,7 +103,7 @@ def test_bench_compile_smoke(run_tool, tools, tmp_path):
     # A call an execution; views taken again from the pool sync first.
     executions = 4 if layout == 'retaken' else 2
     assert series['runs'] == 1 and series['executions'] == executions, series
-    assert series['warm_vs_stock_sep'] > 0, series
+    assert series['warm_vs_sep'] > 0 and series['live'] == 3, series
   assert rows['stock', 'sep']['runs'] == 1
   assert rows['stock', 'kept']['runs'] == 0
 
