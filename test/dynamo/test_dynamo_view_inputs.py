@@ -139,6 +139,32 @@ class ViewInputsTest(parameterized.TestCase):
 
     self.assert_matches_eager(fn, setup, steps=3)
 
+  def test_view_changed_in_place_after_a_donating_call(self):
+    # A view is stale after a call that donated its base, until it is
+    # rebuilt; an in-place view op on it then, and a sync before it is read,
+    # must not run on the donated buffer (nor on a value without one).
+    def fn(donate, kc, vc, k):
+      if donate:
+        _donate(kc, vc)
+      kc.add_(k)
+      vc.add_(k * 2)
+
+    def setup(device):
+      cache = _values(2, 4, 3).to(device)
+      kc, vc = cache
+      return dict(
+          cache=cache, kc=kc, vc=vc,
+          k=torch.ones(4, 3).to(device)), ['kc', 'vc', 'k']
+
+    def between(tensors):
+      if tensors['vc'].dim() == 2:
+        tensors['vc'].unsqueeze_(0)
+      else:
+        tensors['vc'].squeeze_(0)
+      torch_xla.sync()
+
+    self.assert_matches_eager(fn, setup, steps=3, between=between)
+
   def test_mode_and_options_reach_the_lifted_graph(self):
     # torch.compile's mode= and options= (transformers' CompileConfig passes
     # mode="reduce-overhead") go to the stock backend with the lifted graph.
