@@ -10,7 +10,7 @@ with uncommitted changes is refused.  Without --checkout, the checkout is
 repository tagged v2.9.0 whose torch_xla/**/*.py equal the tag's, with no C++
 sources and no tests; the series' changes to files it lacks (test/run_tests.sh)
 are left out.  Either way the checkout's Python sources run over the wheel's
-native _XLAC (--build prebuilt): the installed torch_xla files that git does
+native _XLAC: the installed torch_xla files that git does
 not track (version.py) are symlinked into the checkout and git-excluded, and
 PYTHONPATH=<checkout> makes `import torch_xla` load the checkout.  But a
 checkout with a build of its own, as `python setup.py develop` or `pip install
@@ -89,6 +89,8 @@ WHEEL_ENV = {
                         ("EMAIL", "wheel-checkout@localhost"),
                         ("DATE", "2025-11-17T13:23:46-0800"))
 }
+COMMIT = ("-c", "commit.gpgSign=false", "commit", "-q", "--no-verify",
+          "--allow-empty")
 # 100755 in the tag; the wheel does not keep modes.
 TAG_EXECUTABLES = ("torch_xla/debug/frame_parser_util.py",
                    "torch_xla/utils/utils.py")
@@ -131,19 +133,18 @@ def build_wheel_checkout(dest):
   for path in TAG_EXECUTABLES:
     os.chmod(os.path.join(tmp, path), 0o755)
   git(tmp, "-c", "init.defaultBranch=wheel", "init", "-q")
-  git(tmp, "add", "torch_xla")
-  git(tmp,
-      "-c",
-      "commit.gpgSign=false",
-      "commit",
-      "-q",
-      "--no-verify",
-      "-m", "torch_xla 2.9.0 Python sources, from the installed wheel\n\n"
+  commit_tagged(
+      tmp, "torch_xla 2.9.0 Python sources, from the installed wheel\n\n"
       "Not upstream's commit: only torch_xla/**/*.py, as the wheel ships "
-      "them.\nBuilt by tools/apply_and_test.sh.",
-      env=WHEEL_ENV)
-  git(tmp, "tag", BASE_TAG)
+      "them.\nBuilt by tools/apply_and_test.sh.")
   os.rename(tmp, dest)
+
+
+def commit_tagged(repo, message):
+  """Commits all of REPO (WHEEL_ENV's identity and date) and tags it."""
+  git(repo, "add", "-A")
+  git(repo, *COMMIT, "-m", message, env=WHEEL_ENV)
+  git(repo, "tag", BASE_TAG)
 
 
 def link_tree(src, dst, files, patched):
@@ -188,18 +189,9 @@ def torch_overlay(patch_dir, cache):
         os.makedirs(os.path.dirname(f"{tmp}/git/{path}"), exist_ok=True)
         shutil.copyfile(f"{installed}/../{path}", f"{tmp}/git/{path}")
     git(f"{tmp}/git", "init", "-q")
-    git(f"{tmp}/git", "add", "-A")
-    git(f"{tmp}/git",
-        "-c",
-        "commit.gpgSign=false",
-        "commit",
-        "-q",
-        "--no-verify",
-        "--allow-empty",
-        "-m",
-        "torch's files that the PyTorch series changes, as installed",
-        env=WHEEL_ENV)
-    git(f"{tmp}/git", "tag", BASE_TAG)
+    commit_tagged(
+        f"{tmp}/git",
+        "torch's files that the PyTorch series changes, as installed")
     am = subprocess.run([
         "git", "-c", "core.hooksPath=/dev/null", "am", "--keep-non-patch",
         "--include=torch/*", *patches
@@ -251,12 +243,8 @@ def apply_series(checkout, base, patches, cache):
       new = git(tmp + "/am", "rev-parse", "HEAD")
     finally:
       git(checkout, "worktree", "remove", "--force", tmp + "/am", check=False)
-  old = git(checkout,
-            "rev-parse",
-            "-q",
-            "--verify",
-            f"refs/heads/{BRANCH}",
-            check=False)
+  ref = f"refs/heads/{BRANCH}"
+  old = git(checkout, "rev-parse", "-q", "--verify", ref, check=False)
   if old and git(checkout, "rev-parse", f"{old}^{{tree}}") == git(
       checkout, "rev-parse", f"{new}^{{tree}}"):
     log(f"already applied: {BRANCH} holds the series")
@@ -473,11 +461,6 @@ def parse_args():
                   default=f"{REPO_ROOT}/patches",
                   help="directory of series and the patches (and of "
                   "pytorch/series, the PyTorch series, if any)")
-  ap.add_argument("--build",
-                  choices=["prebuilt"],
-                  default="prebuilt",
-                  help="the checkout's Python over the wheel's _XLAC (a "
-                  "checkout installed in develop mode: over its own)")
   ap.add_argument("--unpatched",
                   action="store_true",
                   help="the same without either series (a worktree at "
@@ -522,11 +505,8 @@ def pick_checkout(arg, cache):
 def exec_command(root, cmd, overlay=None):
   """Replaces this process with CMD, ROOT's torch_xla (and OVERLAY's torch)
   importable."""
-  env = dict(
-      os.environ,
-      PYTHONPATH=os.pathsep.join(
-          filter(None,
-                 [overlay, root, os.environ.get("PYTHONPATH")])))
+  path = [overlay, root, os.environ.get("PYTHONPATH")]
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, path)))
   env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
   log(f"running {' '.join(cmd)}")
   try:
