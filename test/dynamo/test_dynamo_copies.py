@@ -62,7 +62,7 @@ class CopiesTest(unittest.TestCase):
 
   def test_views_made_under_inference_mode_copied_over(self):
     # Before any other write, or after one; views of all of a tensor or of
-    # part of it (stock dies at the first of those).
+    # part of it (without this fix the process dies at the first of those).
     def copy(v, x):
       v.copy_(x * -1)
 

@@ -244,9 +244,9 @@ class DecoderLoopsTest(parameterized.TestCase):
     self.assertEqual(met.metric_data('ExecuteTime')[0], executions + 1)
 
   def test_returned_view_of_a_donated_view_attribute(self):
-    # Fuzzer seed 1829, shrunk: a global view, donated and written, returns a
-    # view of itself. That output is pending on the buffer that the second
-    # call donates; the third call, after an eager write, must not fail.
+    # A global view, donated and written, returns a view of itself. That
+    # output is pending on the buffer that the second call donates; the third
+    # call, after an eager write, must not fail.
     device = torch_xla.device()
     views = [torch.arange(96.).reshape(2, 3, 4, 1, 4).to(device).select(0, 1)]
 

@@ -1,6 +1,7 @@
 """Training steps over parameters, optimizer state and gradients kept as views
 of one flat buffer (FSDP-, ZeRO- and DDP-style), compiled with `openxla`,
-against CPU eager. Stock fails them: the views are written in one graph.
+against CPU eager. Without view lifting they fail: the views are written in
+one graph.
 """
 import sys
 import unittest

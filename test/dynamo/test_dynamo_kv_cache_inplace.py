@@ -144,9 +144,9 @@ class KVCacheInPlaceTest(parameterized.TestCase):
   def test_one_execution_in_place(self, pattern, mode):
     old_buffer, steps = self.run_steps(pattern, mode)
     # Every write went to the cache itself, not through a copy of a view; a
-    # tensor's own rows are written in place on the stock path.
-    stock = mode == 'tensors' and pattern in ('index_copy0', 'index_put')
-    self.assertEqual(self.in_place_writes, None if stock else 2)
+    # tensor's own rows are written in place on the default path.
+    default_path = mode == 'tensors' and pattern in ('index_copy0', 'index_put')
+    self.assertEqual(self.in_place_writes, None if default_path else 2)
     # One execution per step, and no compilation after the first call.
     self.assertEqual(self.executions, steps)
     self.assertIsNone(self.compilations)
@@ -249,7 +249,7 @@ class KVCacheInPlaceTest(parameterized.TestCase):
   def test_row_write_after_a_write_left_functional(self):
     # The index_copy_ into a transposed view is not rewritten: under
     # AOTAutograd it leaves the base's functional value strided, so the row
-    # write after it must not index the base's rows by number (fuzz seed 913).
+    # write after it must not index the base's rows by number.
     def write(base, x, index):
       torch.ops.xla.dynamo_set_buffer_donor_(base, True)
       base.transpose(0, 3).index_copy_(0, index, x[:2] * 2)
@@ -271,10 +271,10 @@ class KVCacheInPlaceTest(parameterized.TestCase):
     self.assert_one_write_as_eager(write, _values(2, SEQ, HEAD_DIM),
                                    _values(2, HEAD_DIM), torch.tensor([3, 0]))
 
-  def test_function_per_layer_lifts_each_layer_once(self):
+  def test_function_per_layer_compiles_once(self):
     # One compiled function called on each layer's view of one donated cache,
-    # as a per-layer attention is: each layer's layout is lifted and compiled
-    # once; after that a call is one execution, with no lifting.
+    # as a per-layer attention is: one graph for all layers, lifted and
+    # compiled at the first call; after that a call is one execution.
     layers = 32
 
     def write_layer(layer_cache, k, index):
@@ -407,7 +407,10 @@ class InterleavedReadsTest(parameterized.TestCase):
   @unittest.skipIf(xr.device_type() != 'CPU', 'reads the CPU HLO layouts')
   def test_no_copy_of_the_cache(self):
     # XLA keeps a value read before an in-place write of its buffer by copying
-    # the whole buffer. Runs the tests above with the optimized HLO dumped.
+    # the whole buffer. Runs the tests above with the optimized HLO dumped:
+    # torch_xla exposes only the HLO before optimizations
+    # (`_get_xla_tensors_hlo`), no memory statistics on the CPU, and reads
+    # XLA_FLAGS once, when its runtime starts.
     with tempfile.TemporaryDirectory() as dump:
       flags = f'--xla_dump_to={dump} --xla_dump_hlo_as_text'
       env = dict(
@@ -479,7 +482,7 @@ class CompileOncePlanOnceTest(parameterized.TestCase):
     torch.testing.assert_close(out.cpu(), expected)
     # One graph for every layer, compiled once (Dynamo's, AOTAutograd's and
     # XLA's), and a plan per layout: each layer's views of the pool, the
-    # views of any layer's tensor; a tensor's own rows take the stock path.
+    # views of any layer's tensor; a tensor's own rows take the default path.
     self.assertEqual(met.counter_value('DynamoExtractCompiledGraph'), 1)
     self.assertEqual(met.metric_data('CompileTime')[0], compiles)
     self.assertEqual(

@@ -280,10 +280,10 @@ class OutputAliasingTest(parameterized.TestCase):
 
     self.assert_matches_eager(written, write=0)
 
-  def test_donated_input_not_written_keeps_stock_outputs(self):
+  def test_donated_input_not_written_keeps_default_outputs(self):
     # XLA may give the buffer of a donated input that the graph does not write
-    # to an output of its shape: such a graph keeps the stock outputs, and
-    # `x`, which none of them has the shape of, stays readable.
+    # to an output of its shape: such a graph keeps the default path's
+    # outputs, and `x`, which none of them has the shape of, stays readable.
     def fn(x):
       torch.ops.xla.dynamo_set_buffer_donor_(x, True)
       out = x + 1

@@ -19,7 +19,7 @@ import torch_xla.debug.metrics as met
 
 # name: (reader, whether the views may be synced before the read). A pending
 # read of the base while the views passed were synced before it needs the
-# graph executor to see it (as for a plain donated tensor, on stock too).
+# graph executor to see it (as for a plain donated tensor).
 _READERS = dict(
     view_product=(lambda cache, kc, vc: kc * 2, True),
     base_product=(lambda cache, kc, vc: cache * 2, False),

@@ -65,7 +65,7 @@ class ViewInputDataTest(parameterized.TestCase):
 
   @parameterized.parameters(False, True)
   def test_view_written_eagerly_between_calls(self, sync):
-    # Stock: "buffer ... is deleted" at the third call.
+    # Without this fix: "buffer ... is deleted" at the third call.
     def make(device):
       base = _values(2, 4).to(device)
       key, value = base.unbind(0)

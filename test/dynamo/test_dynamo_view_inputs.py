@@ -167,7 +167,7 @@ class ViewInputsTest(parameterized.TestCase):
 
   def test_mode_and_options_reach_the_lifted_graph(self):
     # torch.compile's mode= and options= (transformers' CompileConfig passes
-    # mode="reduce-overhead") go to the stock backend with the lifted graph.
+    # mode="reduce-overhead") go to the default backend with the lifted graph.
     device = torch_xla.device()
     x, kv = torch.arange(6.).reshape(2, 3), torch.zeros(2, 4, 3)
     xla_kv = kv.to(device)
@@ -488,9 +488,9 @@ class ViewInputsTest(parameterized.TestCase):
 
   @parameterized.parameters((False, True), (True, False), (True, True))
   def test_views_of_detached_aliases_and_of_the_base(self, requires_grad, grad):
-    # `base.detach()[0]` is a view of `base.detach()`, not of `base` (stock:
-    # "does not yet handle non-differentiable view input mutations"); its
-    # view ops start with the detach, so the graph rebuilds it from `base`,
+    # `base.detach()[0]` is a view of `base.detach()`, not of `base` (not
+    # lifted: "does not yet handle non-differentiable view input mutations");
+    # its view ops start with the detach, so the graph rebuilds it from `base`,
     # detached as the caller's, with a second `detach()` and the base itself.
     def fn(donate, a, b, c, d, k):
       if donate:
@@ -518,7 +518,7 @@ class ViewInputsTest(parameterized.TestCase):
   def test_donated_aliases_without_views(self):
     # `base.detach().view(-1).detach()` beside `base`: no view among the
     # inputs, but one storage, written and donated: lifted, not left to the
-    # stock path (fuzz seed 596).
+    # default path.
     def write(flat, base, index, x):
       torch.ops.xla.dynamo_set_buffer_donor_(flat, True)
       torch.ops.xla.dynamo_set_buffer_donor_(base, True)
@@ -599,8 +599,8 @@ class ViewInputsDonationTest(unittest.TestCase):
     torch.testing.assert_close(k_cache.cpu(), expected[0], rtol=0, atol=0)
 
 
-class LiftedViewsKeepStockFeaturesTest(parameterized.TestCase):
-  """What the stock openxla path does must still work with view inputs."""
+class LiftedViewsKeepBackendFeaturesTest(parameterized.TestCase):
+  """What the default openxla path does must still work with view inputs."""
 
   def setUp(self):
     super().setUp()
@@ -839,9 +839,23 @@ torch.compile(lambda a, b: a + b, backend='openxla')(a, b)
     self.assertRegex(lines[0], r': 1 base\(s\) lifted for LiftPlan')
     self.assertEqual(lines[1:], [
         'openxla view inputs: aliased views only read, or a lone view: '
-        'stock path',
-        'openxla view inputs: no input written or donated: stock path'
+        'default path',
+        'openxla view inputs: no input written or donated: default path'
     ])
+
+  def test_torch_without_the_view_meta_api_keeps_the_default_path(self):
+    # torch 2.8 has no torch._C._functionalization: torch_xla imports, says
+    # once why views are not lifted, and compiles as without this series.
+    out = _run_in_subprocess(
+        self, """
+import torch
+del torch._C._functionalization
+import torch_xla
+x = torch.zeros(3).to('xla')
+print(torch.compile(lambda x: x + 1, backend='openxla')(x).cpu().tolist())
+""", {'XLA_DYNAMO_DEBUG': '1'})
+    self.assertEqual(out.count('torch has no torch._C._functionalization'), 1)
+    self.assertIn('[1.0, 1.0, 1.0]', out)
 
 
 class ViewAttributesTest(parameterized.TestCase):
@@ -946,7 +960,7 @@ class ViewAttributesTest(parameterized.TestCase):
   def test_static_address_view_changing_shape(self):
     # Dynamo guards a static-address tensor by identity only: after a view of
     # it changed shape in place, the graph is compiled for its new shape, as
-    # eager runs it (stock fails: "output with shape [3] doesn't match the
+    # eager runs it (without this, "output with shape [3] doesn't match the
     # broadcast shape [1, 3]"), or, if it cannot run on it, the call raises.
     for name, fn in (('sum', lambda v: v.add_(1).sum()),
                      ('index', lambda v: v.add_(1)[0, 1])):
@@ -1002,16 +1016,16 @@ def _run_in_subprocess(test, code, env):
   return result.stdout
 
 
-class StockParityTest(parameterized.TestCase):
-  """Only aliased inputs with a write or a donation are lifted; what stock
-  torch_xla runs right stays right (pytorch/xla#8832)."""
+class DefaultPathTest(parameterized.TestCase):
+  """Only aliased inputs with a write or a donation are lifted; what the
+  default path of torch_xla runs right stays right (pytorch/xla#8832)."""
 
   def setUp(self):
     super().setUp()
     torch._dynamo.reset()
 
   def test_graphs_without_writes_are_compiled_as_they_are(self):
-    # Nothing of ours runs in their calls: the stock backend's own function.
+    # Nothing of ours runs in their calls: the default backend's own function.
     from torch_xla._dynamo import view_inputs
     gm = torch.fx.symbolic_trace(lambda a, b: a + b)
     compiled = object()
@@ -1061,7 +1075,7 @@ class StockParityTest(parameterized.TestCase):
   def test_dynamic_sizes_are_not_specialized(self):
     # The fake run that finds the writes adds no guard to Dynamo's shapes
     # (it used to specialize the batch size of a multi-head reshape): one
-    # graph for all batch sizes, as on stock.
+    # graph for all batch sizes, as without views.
     def fn(x, w, buf):
       buf.add_(1)
       heads = (x @ w).view(x.shape[0], x.shape[1], 2, 2).transpose(1, 2)
@@ -1079,7 +1093,7 @@ class StockParityTest(parameterized.TestCase):
     self.assertEqual(torch._dynamo.utils.counters['stats']['unique_graphs'], 1)
 
   def test_dynamic_sizes_beside_a_lone_view(self):
-    # A graph with a written input and a lone view, which keeps the stock
+    # A graph with a written input and a lone view, which keeps the default
     # path: compiled in Dynamo's context, its sizes stay symbolic.
     def fn(buf, view, tok):
       buf.narrow(0, 0, tok.size(0)).add_(tok)
@@ -1097,7 +1111,7 @@ class StockParityTest(parameterized.TestCase):
       torch.testing.assert_close(buf.cpu(), cpu_buf)
 
   def test_dynamic_sizes_beside_read_only_aliased_views(self):
-    # Aliased views keep the graph's stock path out of Dynamo's context (their
+    # Aliased views keep the graph's default path out of Dynamo's context (their
     # overlap guards fail on XLA): it is compiled at the call for its sizes,
     # once per sizes.
     def fn(buf, a, b, tok):
@@ -1115,7 +1129,7 @@ class StockParityTest(parameterized.TestCase):
       torch.testing.assert_close(out.cpu(), fn(cpu_buf, base[0], base[1], tok))
       torch.testing.assert_close(buf.cpu(), cpu_buf)
 
-  def test_read_only_aliased_views_take_the_stock_path(self):
+  def test_read_only_aliased_views_take_the_default_path(self):
 
     def fn(a, b, out):
       out.add_(a * b)
@@ -1128,7 +1142,7 @@ class StockParityTest(parameterized.TestCase):
       met.clear_all()
       compiled(a, b, out)
     self.assertIsNone(met.counter_value('DynamoLiftedGraph'))
-    self.assertEqual(met.counter_value('DynamoViewInputsStock'), 1)
+    self.assertEqual(met.counter_value('DynamoViewInputsDefaultPath'), 1)
     expected = _values(2, 4)
     torch.testing.assert_close(out.cpu(), expected[0] * expected[1] * 2)
 
@@ -1383,8 +1397,8 @@ class StockParityTest(parameterized.TestCase):
 
   def test_evicted_computations_are_compiled_again(self):
     # XLA's LRU cache of computations holds 16 here: revisited windows of a
-    # cache whose lifted graphs it evicted compile again (stock fails with
-    # "Failed to get computation by hash").
+    # cache whose lifted graphs it evicted compile again (without this, they
+    # fail with "Failed to get computation by hash").
     out = _run_in_subprocess(
         self, """
 import torch, torch_xla

@@ -165,7 +165,7 @@ class ViewOffsetsTest(parameterized.TestCase):
     # The pool is passed too and first written through a transposed view,
     # which is not rewritten and under AOTAutograd leaves its functional
     # value strided: the layer's row write must not index its rows by number
-    # (fuzz seed 913, a layer at a time).
+    # (a layer at a time).
     def write(layer, pool, x, index):
       _donate(pool)
       pool.transpose(1, 4).index_copy_(0, index, x[:2] * 2)
@@ -216,7 +216,7 @@ class ViewOffsetsTest(parameterized.TestCase):
 
   def test_element_views_keep_their_offsets(self):
     # Views of one element are no rows of their base: a graph at their
-    # offsets, from the first call on (fuzz seed 164).
+    # offsets, from the first call on.
     def fn(a, x):
       _donate(a)
       a.copy_(x * -1)
@@ -237,7 +237,7 @@ class ViewOffsetsTest(parameterized.TestCase):
 
   def test_scalar_assignment_keeps_a_graph_per_offset(self):
     # `view[2:4] = 0.25` writes no tensor into the rows: a graph at the view's
-    # offset, from the first call on (fuzz seed 218).
+    # offset, from the first call on.
     def fn(view):
       view[2:4] = 0.25
 

@@ -290,7 +290,7 @@ class DynamoViewOpsTest(unittest.TestCase):
       self.assert_same(compiled, expected, 'compiled', tolerances)
     except Exception:
       # Not a failure of views if the op fails compiled on tensors of their
-      # own too (stock's `quantile`).
+      # own too (`quantile` on torch_xla 2.9.0).
       torch._dynamo.reset()
       try:
         plain = case.run(device, compile_fn, plain=True)

@@ -8,7 +8,7 @@ replicated) on an SPMD mesh. Every test runs the same program eagerly on the
 CPU and compares the cache and its views exactly after every call, with new
 k, v and slots on every call, so a graph that replays the first call's inputs
 fails. See [Note: Graph inputs that are views] in
-torch_xla/_dynamo/dynamo_bridge.py.
+torch_xla/_dynamo/view_inputs.py.
 """
 import sys
 import unittest

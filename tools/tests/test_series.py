@@ -134,8 +134,10 @@ def test_patch_sizes_within_the_bars():
 
 
 def test_series_size_within_its_bar():
-  # The whole series' bar: 1,650 lines added to torch_xla/ (net: the series
+  # The whole series' bar: 1,700 lines added to torch_xla/ (net: the series
   # also removes some of v2.9.0's). It was 1,600 until the lifted call's
   # run-time state moved from module globals into the objects that own it
-  # (layouts known per view, plans with their stale views, pending readers).
-  assert _grows(_sizes()) <= 1650
+  # (layouts known per view, plans with their stale views, pending readers),
+  # then 1,650 until review asked for named results (`WriteParts`), `if`s
+  # for `and`/`or` value chains, counted fallbacks and the torch 2.8 guard.
+  assert _grows(_sizes()) <= 1700
