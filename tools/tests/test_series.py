@@ -87,6 +87,30 @@ def test_each_pr_applies_with_exactly_its_dependencies(tmp_path, base):
     assert out is not None, f"PR {n} does not apply on {base} with {deps}"
 
 
+@needs_xla_checkout
+@pytest.mark.slow
+def test_each_pr_passes_its_tests_at_its_own_commit(tools, tmp_path):
+  # PR N's test files (those its patch adds or changes) pass on the series up
+  # to N, applied to a clone of XLA_CHECKOUT's v2.9.0, with the PyTorch
+  # series. The last PR's are the whole series' (the test above). About 30
+  # minutes on 2 CPU cores.
+  work = str(tmp_path / "xla")
+  git(".", "clone", "-q", "--shared", XLA_CHECKOUT, work)
+  git(work, "checkout", "-q", "--detach", "v2.9.0")
+  patches = series_lib.read_series(os.path.join(REPO_ROOT, "patches"))
+  shutil.copytree(os.path.join(REPO_ROOT, "patches/pytorch"),
+                  tmp_path / "patches/pytorch")
+  for n, patch in enumerate(patches[:-1], 1):
+    with open(tmp_path / "patches/series", "w") as f:
+      f.write("\n".join(patches[:n]) + "\n")
+    for path, _ in series_lib.file_diffs(patch):
+      if re.fullmatch(r"test/.*/test_[^/]*\.py", path):
+        p = tools.apply("--checkout", work, "--patches", tmp_path / "patches",
+                        "--only", os.path.basename(path))
+        last = p.stdout.splitlines()[-1]
+        assert re.fullmatch(r"\d+ passed, 0 failed", last), (n, path, p.stdout)
+
+
 def test_pytorch_series_applies_to_the_installed_torch(tmp_path):
   # The PyTorch series against the installed torch 2.9.0's files, as
   # apply_and_test.sh applies it (the real PyTorch tree holds the same files).
