@@ -598,6 +598,27 @@ class ViewInputsDonationTest(unittest.TestCase):
     torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
     torch.testing.assert_close(k_cache.cpu(), expected[0], rtol=0, atol=0)
 
+  def test_views_keep_their_values_when_the_call_fails(self):
+    # A call drops its views' values before its graph runs: if the graph
+    # raises, they are read from their base again.
+    from torch_xla._dynamo import view_inputs
+    compiled = torch.compile(self.write, backend='openxla')
+    compiled(*self.make_cache()[0], *self.make_cache()[1:])
+    _, k, v, slots = self.make_cache()
+    cache = _values(2, 64, 8).to(k.device)
+    torch_xla.sync()
+    expected = cache.cpu()
+    k_cache, v_cache = cache
+    with unittest.mock.patch.object(
+        view_inputs.ViewInputsGraph,
+        'call_lifted',
+        side_effect=RuntimeError('the graph failed')):
+      with self.assertRaisesRegex(RuntimeError, 'the graph failed'):
+        compiled(k_cache, v_cache, k, v, slots)
+    torch.testing.assert_close(k_cache.cpu(), expected[0], rtol=0, atol=0)
+    torch.testing.assert_close(v_cache.cpu(), expected[1], rtol=0, atol=0)
+    torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
+
 
 class LiftedViewsKeepBackendFeaturesTest(parameterized.TestCase):
   """What the default openxla path does must still work with view inputs."""
