@@ -17,16 +17,13 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 
-# name: (reader, whether the views may be synced before the read). A pending
-# read of the base while the views passed were synced before it needs the
-# graph executor to see it (as for a plain donated tensor).
 _READERS = dict(
-    view_product=(lambda cache, kc, vc: kc * 2, True),
-    base_product=(lambda cache, kc, vc: cache * 2, False),
-    view_clone=(lambda cache, kc, vc: kc.clone(), True),
-    base_clone=(lambda cache, kc, vc: cache.clone(), True),
-    sibling_view=(lambda cache, kc, vc: vc, True),
-    view_of_view=(lambda cache, kc, vc: kc[1:3], True),
+    view_product=lambda cache, kc, vc: kc * 2,
+    base_product=lambda cache, kc, vc: cache * 2,
+    view_clone=lambda cache, kc, vc: kc.clone(),
+    base_clone=lambda cache, kc, vc: cache.clone(),
+    sibling_view=lambda cache, kc, vc: vc,
+    view_of_view=lambda cache, kc, vc: kc[1:3],
 )
 
 
@@ -76,12 +73,10 @@ class PendingReadsTest(parameterized.TestCase):
     idx = torch.tensor([0, 2]).to(device)
     return cache, k, idx
 
-  @parameterized.named_parameters(
-      (name, *value) for name, value in _READERS.items())
-  def test_read_before_a_donated_write(self, reader, synced):
+  @parameterized.named_parameters(_READERS.items())
+  def test_read_before_a_donated_write(self, reader):
     device = torch_xla.device()
-    for keys_only, synced_views in itertools.product((False, True),
-                                                     (False, synced)):
+    for keys_only, synced_views in itertools.product((False, True), repeat=2):
       with self.subTest(keys_only=keys_only, synced_views=synced_views):
         write = _write_keys if keys_only else _write
         compiled = torch.compile(write, backend='openxla')
@@ -101,6 +96,28 @@ class PendingReadsTest(parameterized.TestCase):
         torch_xla.sync()
         self.check(read, want, 'the eager read')
         self.check(cache, ref, 'the cache')
+
+  def test_clone_between_calls_with_metrics_cleared(self):
+    # A clone shares its source's buffer until a sync and needs no
+    # computation; the call sees that the base was read, whatever the metrics
+    # say.
+    device = torch_xla.device()
+    compiled = torch.compile(_write, backend='openxla')
+    self.warm_up(compiled)
+    (cache, k, idx), (ref, ref_k, ref_idx) = (self.inputs(device),
+                                              self.inputs('cpu'))
+    kc, vc = cache
+    torch_xla.sync()
+    met.clear_all()
+    compiled(kc, vc, k, idx)
+    _write(*ref, ref_k, ref_idx)
+    clone, want = cache.clone(), ref.clone()
+    met.clear_all()
+    compiled(kc, vc, k * 2, idx)
+    _write(*ref, ref_k * 2, ref_idx)
+    torch_xla.sync()
+    self.check(clone, want, 'the clone')
+    self.check(cache, ref, 'the cache')
 
   def test_reads_between_calls_of_a_decoder_loop(self):
     # Attention scores read each layer's keys eagerly before the next step
