@@ -486,6 +486,125 @@ class CompileOncePlanOnceTest(parameterized.TestCase):
         torch.testing.assert_close(cache.cpu(), cpu_pool[l, i], rtol=0, atol=0)
 
 
+class NewBaseValuesTest(parameterized.TestCase):
+  """A call on views of a donated cache gives the cache its new value as an
+  in-place op does, with no eager op on it after the graph ([Note: New values
+  of donated bases])."""
+
+  def setUp(self):
+    super().setUp()
+    torch._dynamo.reset()
+
+  @parameterized.parameters('kept', 'report')
+  def test_warm_call_runs_no_eager_op_on_the_cache(self, layout):
+
+    def write(k_cache, v_cache, k, slots):
+      torch.ops.xla.dynamo_set_buffer_donor_(k_cache, True)
+      torch.ops.xla.dynamo_set_buffer_donor_(v_cache, True)
+      k_cache.flatten(0, 1).index_copy_(0, slots, k)
+      v_cache.flatten(0, 1).index_copy_(0, slots, k * 2)
+      return k_cache.flatten(0, 1)[:4] + v_cache.flatten(0, 1)[:4]
+
+    layers, device = 2, torch_xla.device()
+    cpu = torch.zeros(layers, 2, BLOCKS, BLOCK, HEADS, HEAD_DIM)
+    pool = cpu.to(device)
+    kept = [tuple(pool[l]) for l in range(layers)]
+    compiled = torch.compile(write, backend='openxla')
+    for step in range(3):
+      for l in range(layers):
+        slots = torch.tensor([step, BLOCKS * BLOCK - 1 - l])
+        k = _values(2, HEADS, HEAD_DIM) * (step + 1)
+        if layout == 'kept':
+          caches = kept[l]
+        else:
+          key_cache, value_cache = pool[l]  # pytorch/xla#8832
+          caches = key_cache, value_cache
+        args = caches + (k.to(device), slots.to(device))
+        met.clear_all()
+        out = compiled(*args)
+        ops = {n for n in met.counter_names() if n.startswith('xla::')}
+        torch.testing.assert_close(out.cpu(), write(*cpu[l], k, slots))
+      torch_xla.sync()
+    torch.testing.assert_close(pool.cpu(), cpu, rtol=0, atol=0)
+    for l in range(layers):
+      for i in range(2):
+        torch.testing.assert_close(kept[l][i].cpu(), cpu[l, i], rtol=0, atol=0)
+    # AOTAutograd's `copy_` of the new value into the cache, and making its
+    # buffer the cache's data again, are eager ops: a warm call runs none.
+    self.assertEqual(ops & {'xla::copy', 'xla::_copy_from', 'xla::set_'}, set())
+
+  def test_version_counter_as_in_eager(self):
+    # A tensor saved for backward before the call, written by it: backward
+    # raises as in eager, whose in-place write bumps the version counter.
+    for device in ('cpu', torch_xla.device()):
+      cache = torch.zeros(2, SEQ, HEAD_DIM, device=device)
+      weight = torch.ones(SEQ, HEAD_DIM, device=device, requires_grad=True)
+      loss = (cache[0] * weight).sum()
+
+      def write(k_cache, v_cache, k):
+        if device != 'cpu':
+          torch.ops.xla.dynamo_set_buffer_donor_(k_cache, True)
+          torch.ops.xla.dynamo_set_buffer_donor_(v_cache, True)
+        k_cache[:2] = k
+        v_cache[:2] = k * 2
+
+      key_cache, value_cache = cache
+      fn = write if device == 'cpu' else torch.compile(write, backend='openxla')
+      version = cache._version
+      fn(key_cache, value_cache, torch.ones(2, HEAD_DIM, device=device))
+      self.assertGreater(cache._version, version)
+      with self.assertRaisesRegex(RuntimeError, 'modified by an inplace'):
+        loss.backward()
+
+  def test_grad_mode_keeps_autograd_history(self):
+    # A write of a value that requires grad makes the cache require grad, as
+    # in eager: AOTAutograd's copy records it.
+    results = []
+    for device in ('cpu', torch_xla.device()):
+      cache = torch.zeros(2, SEQ, HEAD_DIM, device=device)
+      k = torch.ones(2, HEAD_DIM, device=device, requires_grad=True)
+
+      def write(k_cache, v_cache, k):
+        if device != 'cpu':
+          torch.ops.xla.dynamo_set_buffer_donor_(k_cache, True)
+          torch.ops.xla.dynamo_set_buffer_donor_(v_cache, True)
+        k_cache[:2] = k
+        v_cache[:2] = k * 2
+
+      fn = write if device == 'cpu' else torch.compile(write, backend='openxla')
+      fn(cache[0], cache[1], k)
+      self.assertTrue(cache.requires_grad)
+      cache.sum().backward()
+      results.append((cache.detach().cpu(), k.grad.cpu()))
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
+
+  def test_views_returned_alias_the_cache(self):
+    # Views of the cache returned by the call see a later write of it, as in
+    # eager: AOTAutograd rebuilds them from the cache after its copy.
+    results = []
+    for device in ('cpu', torch_xla.device()):
+
+      def write(k_cache, v_cache, k, slots):
+        if device != 'cpu':
+          torch.ops.xla.dynamo_set_buffer_donor_(k_cache, True)
+          torch.ops.xla.dynamo_set_buffer_donor_(v_cache, True)
+        k_cache.index_copy_(0, slots, k)
+        v_cache.index_copy_(0, slots, k * 2)
+        return k_cache.flatten(0, 1), v_cache[1]
+
+      fn = write if device == 'cpu' else torch.compile(write, backend='openxla')
+      pool = torch.zeros(2, 2, SEQ, HEAD_DIM, device=device)
+      outs = []
+      for step in range(3):
+        key_cache, value_cache = pool[step % 2]
+        k = torch.full((1, HEAD_DIM), step + 1.0, device=device)
+        outs.append(
+            fn(key_cache, value_cache, k, torch.tensor([step], device=device)))
+        pool.add_(1)
+      results.append([t.cpu() for out in outs for t in out] + [pool.cpu()])
+    torch.testing.assert_close(results[1], results[0], rtol=0, atol=0)
+
+
 if __name__ == '__main__':
   test = unittest.main()
   sys.exit(0 if test.result.wasSuccessful() else 1)

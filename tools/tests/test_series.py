@@ -158,7 +158,7 @@ def test_patch_sizes_within_the_bars():
 
 
 def test_series_size_within_its_bar():
-  # The whole series' bar: 1,750 lines added to torch_xla/ (net: the series
+  # The whole series' bar: 1,800 lines added to torch_xla/ (net: the series
   # also removes some of v2.9.0's). It was 1,600 until the lifted call's
   # run-time state moved from module globals into the objects that own it
   # (layouts known per view, plans with their stale views, pending readers),
@@ -166,5 +166,6 @@ def test_series_size_within_its_bar():
   # for `and`/`or` value chains, counted fallbacks and the torch 2.8 guard,
   # then 1,700 until the per-call and first-call cost work (a base's layout
   # read once, stale views dropped before the call and rebuilt if it raises,
-  # the clone count read after a call and a compile).
-  assert _grows(_sizes()) <= 1750
+  # the clone count read after a call and a compile), then 1,750 until the
+  # lifted graph returned its donated bases' new values (PR 24).
+  assert _grows(_sizes()) <= 1800
