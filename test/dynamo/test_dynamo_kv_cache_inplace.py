@@ -486,6 +486,20 @@ class CompileOncePlanOnceTest(parameterized.TestCase):
         torch.testing.assert_close(cache.cpu(), cpu_pool[l, i], rtol=0, atol=0)
 
 
+def _first_rows_write(device):
+  """Writes rows 0 and 1 of two views, donated on XLA: eager on the CPU,
+  compiled on XLA."""
+
+  def write(k_cache, v_cache, k):
+    if device != 'cpu':
+      torch.ops.xla.dynamo_set_buffer_donor_(k_cache, True)
+      torch.ops.xla.dynamo_set_buffer_donor_(v_cache, True)
+    k_cache[:2] = k
+    v_cache[:2] = k * 2
+
+  return write if device == 'cpu' else torch.compile(write, backend='openxla')
+
+
 class NewBaseValuesTest(parameterized.TestCase):
   """A call on views of a donated cache gives the cache its new value as an
   in-place op does, with no eager op on it after the graph ([Note: New values
@@ -541,15 +555,8 @@ class NewBaseValuesTest(parameterized.TestCase):
       weight = torch.ones(SEQ, HEAD_DIM, device=device, requires_grad=True)
       loss = (cache[0] * weight).sum()
 
-      def write(k_cache, v_cache, k):
-        if device != 'cpu':
-          torch.ops.xla.dynamo_set_buffer_donor_(k_cache, True)
-          torch.ops.xla.dynamo_set_buffer_donor_(v_cache, True)
-        k_cache[:2] = k
-        v_cache[:2] = k * 2
-
       key_cache, value_cache = cache
-      fn = write if device == 'cpu' else torch.compile(write, backend='openxla')
+      fn = _first_rows_write(device)
       version = cache._version
       fn(key_cache, value_cache, torch.ones(2, HEAD_DIM, device=device))
       self.assertGreater(cache._version, version)
@@ -564,14 +571,7 @@ class NewBaseValuesTest(parameterized.TestCase):
       cache = torch.zeros(2, SEQ, HEAD_DIM, device=device)
       k = torch.ones(2, HEAD_DIM, device=device, requires_grad=True)
 
-      def write(k_cache, v_cache, k):
-        if device != 'cpu':
-          torch.ops.xla.dynamo_set_buffer_donor_(k_cache, True)
-          torch.ops.xla.dynamo_set_buffer_donor_(v_cache, True)
-        k_cache[:2] = k
-        v_cache[:2] = k * 2
-
-      fn = write if device == 'cpu' else torch.compile(write, backend='openxla')
+      fn = _first_rows_write(device)
       fn(cache[0], cache[1], k)
       self.assertTrue(cache.requires_grad)
       cache.sum().backward()
