@@ -15,7 +15,8 @@ returns them, as attention does; the caches are marked as buffer donors with
 
 `--views 1` passes a layer's (2, ...) cache and splits it inside: a tensor a
 layer (sep, report), or the pool's `pool[l]` (kept, retaken).  `--live N`
-keeps N more XLA tensors alive beside the loop, as a model's weights are.
+keeps N more XLA tensors alive beside the loop, as a model's weights are;
+each layout holds only its own caches.
 `--peer` runs each layout on the CPU too, with backend="aot_eager" and
 "inductor": PyTorch's own handling of aliased inputs, the cost to compare.
 Each configuration runs in a child process and prints, in ms: `first`, the
@@ -67,22 +68,29 @@ def child(layout, layers, views, donate, steps, live, backend):
     return write(kc, vc, k, v, slots)
 
   fn = torch.compile(write if views == 2 else write_layer, backend=backend)
-  caches = [(torch.zeros(shape, device=dev), torch.zeros(shape, device=dev))
-            for _ in range(layers)]
-  pool = torch.zeros((layers, 2) + shape, device=dev)
-  kept = [tuple(pool[l]) for l in range(layers)]
-  pool_layers = [pool[l] for l in range(layers)]
-  per_layer = [torch.zeros((2,) + shape, device=dev) for _ in range(layers)]
+  # Each layout holds its own caches only, as its program would: the sync
+  # before a donating call walks every live tensor.
+  if layout in ('kept', 'retaken'):
+    pool = torch.zeros((layers, 2) + shape, device=dev)
+    kept = [pool[l] if views == 1 else tuple(pool[l]) for l in range(layers)]
+  elif layout == 'sep' and views == 2:
+    caches = [(torch.zeros(shape, device=dev), torch.zeros(shape, device=dev))
+              for _ in range(layers)]
+  else:  # a (2, ...) tensor a layer
+    per_layer = [torch.zeros((2,) + shape, device=dev) for _ in range(layers)]
   weights = [torch.zeros(4, device=dev) + i for i in range(live)]
   sync()
 
   def layer_caches(l):
-    if layout == 'sep':
-      return caches[l]
+    """What layer l passes: its (2, ...) cache, or its K and V caches."""
     if layout == 'kept':
       return kept[l]
     if layout == 'retaken':
-      return tuple(pool[l])
+      return pool[l] if views == 1 else tuple(pool[l])
+    if layout == 'sep' and views == 2:
+      return caches[l]
+    if views == 1:
+      return per_layer[l]
     key_cache, value_cache = per_layer[l]  # the report's pattern
     return key_cache, value_cache
 
@@ -92,12 +100,10 @@ def child(layout, layers, views, donate, steps, live, backend):
     k = torch.randn(tokens, HEADS, DIM).to(dev)
     v = torch.randn(tokens, HEADS, DIM).to(dev)
     slots = (torch.arange(tokens) + (n * tokens) % 512).to(dev)
-    if views == 1:  # sep, report: a (2, ...) tensor a layer
-      cache = dict(kept=pool_layers[l],
-                   retaken=pool[l]).get(layout, per_layer[l])
-      return fn(cache, k, v, slots)
-    kc, vc = layer_caches(l)
-    return fn(kc, vc, k, v, slots)
+    caches_of_l = layer_caches(l)
+    if views == 1:
+      return fn(caches_of_l, k, v, slots)
+    return fn(*caches_of_l, k, v, slots)
 
   def step(tokens, n):
     for l in range(layers):
