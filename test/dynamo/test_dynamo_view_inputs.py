@@ -598,6 +598,49 @@ class ViewInputsDonationTest(unittest.TestCase):
     torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
     torch.testing.assert_close(k_cache.cpu(), expected[0], rtol=0, atol=0)
 
+  def test_views_taken_inside_the_function_are_donated(self):
+    # A layer `pool[1]` passed in and split by the function, which donates
+    # the halves: the pool is donated and written in place, not copied.
+    _, k, v, slots = self.make_cache()
+    pool = torch.zeros(3, 2, 64, 8, device=k.device)
+    torch_xla.sync()
+    old_pool = torch_xla._XLAC._get_tensors_xla_device_data_node([pool])[1][0]
+    met.clear_all()
+    torch.compile(
+        lambda layer, *args: self.write(*layer, *args),
+        backend='openxla')(pool[1], k, v, slots)
+    xm.wait_device_ops()
+    self.assertIn('Data Handle: Deleted',
+                  torch_xla._XLAC._get_xla_tensor_debug_info(old_pool))
+    self.assertEqual(met.metric_data('InputOutputAliasCount')[1], 1)
+    expected = torch.zeros(3, 2, 64, 8)
+    expected[1, 0, [3, 0, 63, 17]] = _values(4, 8)
+    expected[1, 1, [3, 0, 63, 17]] = -_values(4, 8)
+    torch.testing.assert_close(pool.cpu(), expected, rtol=0, atol=0)
+
+  def test_donor_returns_its_view(self):
+    # `dynamo_set_buffer_donor_` returns the view it is given, also where it
+    # donates the view's base.
+    def write(k_cache, v_cache, k, v, slots):
+      donor = torch.ops.xla.dynamo_set_buffer_donor_
+      donor(k_cache, True).index_copy_(0, slots, k)
+      return donor(v_cache, True).index_copy_(0, slots, v)[:2] * 2
+
+    expected = torch.zeros(2, 64, 8)
+    expected[0, [3, 0, 63, 17]] = _values(4, 8)
+    expected[1, [3, 0, 63, 17]] = -_values(4, 8)
+    for split_inside in (False, True):
+      torch._dynamo.reset()
+      cache, k, v, slots = self.make_cache()
+      if split_inside:
+        out = torch.compile(
+            lambda cache, *args: write(*cache, *args),
+            backend='openxla')(cache[:], k, v, slots)
+      else:
+        out = torch.compile(write, backend='openxla')(*cache, k, v, slots)
+      torch.testing.assert_close(cache.cpu(), expected, rtol=0, atol=0)
+      torch.testing.assert_close(out.cpu(), expected[1, :2] * 2, rtol=0, atol=0)
+
   def test_views_keep_their_values_when_the_call_fails(self):
     # A call drops its views' values before its graph runs: if the graph
     # raises, they are read from their base again.
