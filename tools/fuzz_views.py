@@ -59,11 +59,13 @@ picks those that may be):
             pool[l, 1]`, `pool[l][0], pool[l][1]`, `pool[l].narrow(0, 0,
             2).unbind(0)`), the keys only, or the layer `pool[l]` it splits;
             views kept from before the loop or taken again before each call,
-            donated or not; layers forward, reversed or shuffled each step;
-            a sync after each call, each decode step or only at the end
-            (then compared only after those); a second compiled fn2 reading
-            the layer just written (`q @ kc.T`, softmax @ vc), an eager read
-            of a layer synced before the next call.  It has no other family
+            donated or not (a layer, or the halves fn splits off; fn going on
+            with DONATE's result or not); layers forward, reversed or
+            shuffled each step; a sync after each call, each decode step or
+            only at the end (then compared only after those); a second
+            compiled fn2 reading the layer just written (`q @ kc.T`, softmax
+            @ vc), an eager read of a layer synced before the next call.
+            It has no other family
             but index (pad slots) and, drawn apart from them, leaves the
             other programs as they were; with --families loops (or
             loops,index) every program has it.
@@ -544,7 +546,14 @@ class Program:
     self.args = [n.format('{layer}') for n in names[:len(written)]
                 ] + [f'{n}{{call}}' for n in sources + [pos]]
     if rng.random() < 0.5:
-      self.body[:0] = [f'DONATE({name}, True)' for name in written]
+      # Donated as passed, or a layer's halves once fn splits it; DONATE
+      # returns its argument, which fn may go on with.
+      halves = how == 'layer' and rng.random() < 0.5
+      at = len(self.body) if halves else 0
+      self.body[at:at] = [
+          rng.choice(('DONATE({0}, True)', '{0} = DONATE({0}, True)')).format(n)
+          for n in (['key_cache', 'value_cache'] if halves else written)
+      ]
     padded = write != 'window' and self._chance(rng, 'index', 0.3)
     for name, src in zip(('key_cache', 'value_cache'), sources):
       if write == 'window':

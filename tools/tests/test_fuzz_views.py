@@ -20,7 +20,7 @@ import torch
 sys.modules['torch_xla'] = types.SimpleNamespace(device=lambda: 'cpu',
                                                  sync=lambda: None)
 torch.ops.xla = types.SimpleNamespace(
-    dynamo_set_buffer_donor_=lambda tensor, donate: None)
+    dynamo_set_buffer_donor_=lambda tensor, donate: tensor)
 torch.compile = lambda fn, **kwargs: fn
 sys.path.insert(0, sys.argv[1])
 import fuzz_views
