@@ -49,26 +49,24 @@ picks those that may be):
             break (graph_break() or .item()) between two writes in fn, and
             an eager clone or product of a view still pending when a call
             donates its base;
-  loops     a decoder's loop over the layers of one KV pool: one fn called
-            on the views of each layer in turn (LOOP), for 1 to 3 decode
-            steps, the pool (L, 2, S, D) written by index_copy_ or index_put,
-            (L, 2, blocks, block, D) by `kc.flatten(0, 1).index_copy_(0,
-            slots, k)`, (L, 2, 1, H, S, D) by `kc[:, :, p:p + 1] = k` or
-            index_copy_(2, pos, k); fn takes two views (`write(key_cache,
-            value_cache, k, v, idx)`, from `kc, vc = pool[l]`, `pool[l, 0],
-            pool[l, 1]`, `pool[l][0], pool[l][1]`, `pool[l].narrow(0, 0,
-            2).unbind(0)`), the keys only, or the layer `pool[l]` it splits;
-            views kept from before the loop or taken again before each call,
-            donated or not (a layer, or the halves fn splits off; fn going on
-            with DONATE's result or not); layers forward, reversed or
-            shuffled each step; a sync after each call, each decode step or
-            only at the end (then compared only after those); a second
-            compiled fn2 reading the layer just written (`q @ kc.T`, softmax
-            @ vc), an eager read of a layer synced before the next call.
-            It has no other family
-            but index (pad slots) and, drawn apart from them, leaves the
-            other programs as they were; with --families loops (or
-            loops,index) every program has it.
+  loops     a decoder's loop over the layers of one KV pool: one fn called on
+            the views of each layer in turn (LOOP), for 1 to 3 decode steps,
+            the pool (L, 2, S, D) written by index_copy_ or index_put, (L, 2,
+            blocks, block, D) by `kc.flatten(0, 1).index_copy_(0, slots, k)`,
+            (L, 2, 1, H, S, D) by `kc[:, :, p:p + 1] = k` or index_copy_(2,
+            pos, k); fn takes two views (`write(key_cache, value_cache, k, v,
+            idx)`, from `kc, vc = pool[l]`, `pool[l, 0], pool[l, 1]`,
+            `pool[l][0], pool[l][1]`, `pool[l].narrow(0, 0, 2).unbind(0)`), the
+            keys only, or the layer `pool[l]` it splits; views kept from before
+            the loop or taken again before each call, donated or not (a layer,
+            or the halves fn splits off); layers forward, reversed or shuffled
+            each step; a sync after each call, each decode step or only at the
+            end (then compared only after those); a second compiled fn2 reading
+            the layer just written (`q @ kc.T`, softmax @ vc), an eager read of
+            a layer synced before the next call. It has no other family but
+            index (pad slots) and, drawn apart from them, leaves the other
+            programs as they were; with --families loops (or loops,index) every
+            program has it.
   ops       an op of PyTorch's OpInfo database (op_db), one of its float32
             samples: its in-place variant applied to a view `base[1]` or to
             both views of `base.unbind(0)` (donated or not), or its out=
@@ -546,12 +544,11 @@ class Program:
     self.args = [n.format('{layer}') for n in names[:len(written)]
                 ] + [f'{n}{{call}}' for n in sources + [pos]]
     if rng.random() < 0.5:
-      # Donated as passed, or a layer's halves once fn splits it; DONATE
-      # returns its argument, which fn may go on with.
+      # Donated as passed, or a layer's halves once fn splits it.
       halves = how == 'layer' and rng.random() < 0.5
       at = len(self.body) if halves else 0
       self.body[at:at] = [
-          rng.choice(('DONATE({0}, True)', '{0} = DONATE({0}, True)')).format(n)
+          f'DONATE({n}, True)'
           for n in (['key_cache', 'value_cache'] if halves else written)
       ]
     padded = write != 'window' and self._chance(rng, 'index', 0.3)
