@@ -618,6 +618,43 @@ class ViewInputsDonationTest(unittest.TestCase):
     expected[1, 1, [3, 0, 63, 17]] = -_values(4, 8)
     torch.testing.assert_close(pool.cpu(), expected, rtol=0, atol=0)
 
+  def test_layers_split_inside_in_a_loop(self):
+    # Each layer of a pool passed in turn and split by the function, with a
+    # pending eager read of the layer before each call: across a graph break
+    # (each graph donating the halves it writes), and in calls under
+    # inference_mode (the layer taken outside it, as XLA requires).
+    def write(layer, k, slots):
+      k_cache, v_cache = layer
+      donate = _donate if k.is_xla else lambda *_: None
+      donate(k_cache, v_cache)
+      k_cache.index_copy_(0, slots, k)
+      if mode == 'graph_break':
+        torch._dynamo.graph_break()
+        donate(k_cache, v_cache)
+      v_cache.index_copy_(0, slots, -k)
+      return k_cache[slots] + v_cache[:2]
+
+    for mode in ('graph_break', 'inference_mode'):
+      results = []
+      for device in ('cpu', torch_xla.device()):
+        torch._dynamo.reset()
+        f = torch.compile(
+            write, backend='openxla') if device != 'cpu' else write
+        pool, seen = torch.zeros(3, 2, 16, 4, device=device), []
+        for step in range(3):
+          for l in (2, 0, 1):
+            k = torch.full((2, 4), 10. * step + l + 1, device=device)
+            slots = torch.tensor([step, 15 - l], device=device)
+            layer, pending = pool[l], pool[l][1] * 2
+            with torch.inference_mode(mode == 'inference_mode'):
+              seen += [f(layer, k, slots), pending]
+          if device != 'cpu':
+            torch_xla.sync()
+        results.append([pool.cpu()] + [t.cpu() for t in seen])
+      for xla, cpu in zip(*reversed(results)):
+        torch.testing.assert_close(
+            xla, cpu, rtol=0, atol=0, msg=lambda m: f'{mode}: {m}')
+
   def test_donors_of_the_halves_of_a_layer_return_them(self):
     # As below, with the cache passed as a view and split by the function.
     def write(layer, k, v, slots):
